@@ -1,0 +1,395 @@
+//! The composition root: wires the CSI driver, the policy, the registration
+//! socket and the HTTP server, and decides when to stop.
+//!
+//! Handlers never end the process. The kubelet's verdicts arrive on a channel
+//! and are acted on here, after the kubelet got its reply.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Server;
+
+use crate::cli::{Flags, MODE_REGISTRATION_PROBE};
+use crate::health::{self, Phase, Status};
+use crate::metrics::Metrics;
+use crate::policy::config::PolicyConfig;
+use crate::policy::{Context, DefaultPolicy, Failure, FailureAction, Policy, Registration};
+use crate::proto::registration::registration_server::RegistrationServer;
+use crate::registration::socket::{SocketState, socket_path};
+use crate::registration::{RegistrationService, RegistrationSocket, Verdict};
+use crate::{csi, validate};
+
+/// How often the registration socket is checked for deletion.
+pub const RECONCILE_EVERY: Duration = Duration::from_millis(500);
+/// How long in-flight kubelet calls may take to finish on the way out.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Everything the registrar needs to run, checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `--csi-address` as given (for the policy context).
+    pub csi_address: String,
+    pub csi_socket: PathBuf,
+    pub kubelet_registration_path: String,
+    pub plugin_registration_path: PathBuf,
+    pub timeout: Duration,
+    /// TCP address for the HTTP server.
+    pub http_endpoint: Option<String>,
+    /// `None`: wait for the driver forever.
+    pub driver_wait: Option<Duration>,
+    pub node_name: String,
+    pub policy_config: Option<PathBuf>,
+}
+
+/// Why the registrar stopped with a failure (exit code 1).
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("kubelet-registration-path is a required parameter")]
+    MissingRegistrationPath,
+    #[error("only one of `--health-port` and `--http-endpoint` can be set")]
+    HealthPortAndEndpoint,
+    #[error(transparent)]
+    Csi(#[from] csi::CsiError),
+    #[error("driver name is empty")]
+    EmptyDriverName,
+    #[error("the CSI driver's name is unusable: {0}")]
+    DriverName(#[from] validate::NameError),
+    #[error(transparent)]
+    Socket(#[from] crate::registration::SocketError),
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
+    #[error(transparent)]
+    PolicyConfig(#[from] crate::policy::config::ConfigError),
+    #[error("{0}")]
+    PolicyLoad(String),
+    #[error("cannot listen on --http-endpoint {address}: {source}")]
+    Http {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What `main` should do after flag parsing.
+#[derive(Debug)]
+pub enum Start {
+    Run(Box<Config>),
+    /// `--version` or the probe mode: print nothing more, exit 0.
+    ExitOk,
+}
+
+impl Config {
+    /// Upstream's start-up checks, in upstream's order. `node_name` comes from
+    /// `KUBE_NODE_NAME`, read by `main` so that tests never touch the environment.
+    pub fn from_flags(flags: &Flags, node_name: String) -> Result<Start, AppError> {
+        if flags.kubelet_registration_path.is_empty() {
+            return Err(AppError::MissingRegistrationPath);
+        }
+        if flags.health_port > 0 && !flags.http_endpoint.is_empty() {
+            return Err(AppError::HealthPortAndEndpoint);
+        }
+        if flags.mode == MODE_REGISTRATION_PROBE {
+            tracing::info!(
+                "--mode=kubelet-registration-probe is deprecated and does nothing; exiting 0"
+            );
+            return Ok(Start::ExitOk);
+        }
+        if flags.connection_timeout > Duration::ZERO {
+            tracing::warn!("--connection-timeout is deprecated and has no effect");
+        }
+        if flags.automaxprocs {
+            tracing::info!("--automaxprocs is Go-specific and has no effect here");
+        }
+        if flags.enable_pprof {
+            tracing::info!(
+                "--enable-pprof: Go's pprof endpoints do not exist in this registrar; /metrics is served instead"
+            );
+        }
+        if !flags.ignored.is_empty() {
+            tracing::warn!(args = ?flags.ignored, "ignoring arguments after the flags");
+        }
+        let http_endpoint = if flags.health_port > 0 {
+            Some(format!(":{}", flags.health_port))
+        } else if flags.http_endpoint.is_empty() {
+            None
+        } else {
+            Some(flags.http_endpoint.clone())
+        };
+        Ok(Start::Run(Box::new(Config {
+            csi_address: flags.csi_address.clone(),
+            csi_socket: csi::socket_path(&flags.csi_address)?,
+            kubelet_registration_path: flags.kubelet_registration_path.clone(),
+            plugin_registration_path: flags.plugin_registration_path.clone(),
+            timeout: flags.timeout,
+            http_endpoint,
+            driver_wait: (!flags.driver_wait_timeout.is_zero())
+                .then_some(flags.driver_wait_timeout),
+            node_name,
+            policy_config: (!flags.policy_config.is_empty())
+                .then(|| PathBuf::from(&flags.policy_config)),
+        })))
+    }
+}
+
+/// Binds Go-style addresses: `:9809` means every interface.
+pub async fn bind_http(address: &str) -> Result<tokio::net::TcpListener, AppError> {
+    let err = |source| AppError::Http {
+        address: address.to_owned(),
+        source,
+    };
+    if let Some(port) = address.strip_prefix(':') {
+        // Dual-stack first; fall back to IPv4 where IPv6 is disabled.
+        match tokio::net::TcpListener::bind(format!("[::]:{port}")).await {
+            Ok(l) => Ok(l),
+            Err(_) => tokio::net::TcpListener::bind(format!("0.0.0.0:{port}"))
+                .await
+                .map_err(err),
+        }
+    } else {
+        tokio::net::TcpListener::bind(address).await.map_err(err)
+    }
+}
+
+/// Loads the policy: the built-in one without a file or without plugins (no
+/// WebAssembly engine is created then), the plugin chain otherwise.
+pub fn load_policy(config: &Config, metrics: &Arc<Metrics>) -> Result<Arc<dyn Policy>, AppError> {
+    let Some(path) = &config.policy_config else {
+        return Ok(Arc::new(DefaultPolicy));
+    };
+    let policy = PolicyConfig::from_file(path)?;
+    if policy.plugins.is_empty() {
+        tracing::info!(file = %path.display(), "policy file names no plugins; using the built-in policy");
+        return Ok(Arc::new(DefaultPolicy));
+    }
+    #[cfg(feature = "wasm")]
+    {
+        let chain = crate::policy::wasm::load_chain(&policy, metrics.clone())
+            .map_err(|e| AppError::PolicyLoad(e.to_string()))?;
+        tracing::info!(plugins = ?chain.plugin_ids(), "policy plugins loaded");
+        Ok(Arc::new(chain))
+    }
+    #[cfg(not(feature = "wasm"))]
+    {
+        let _ = metrics;
+        Err(AppError::PolicyLoad(format!(
+            "policy file {} names plugins, but this build has no WebAssembly policy host (built without the `wasm` feature)",
+            path.display()
+        )))
+    }
+}
+
+/// Runs the registrar until `shutdown` resolves or the policy decides to exit.
+/// Returns the exit code.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<u8, AppError> {
+    let metrics = Arc::new(Metrics::new());
+    let status = Arc::new(Status::default());
+    run_with(config, shutdown, metrics, status).await
+}
+
+/// [`run`] with the metrics and status supplied by the caller (the demo reads them).
+pub async fn run_with(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+    metrics: Arc<Metrics>,
+    status: Arc<Status>,
+) -> Result<u8, AppError> {
+    let mut shutdown = std::pin::pin!(shutdown);
+
+    let _http = match &config.http_endpoint {
+        Some(address) => {
+            let listener = bind_http(address).await?;
+            tracing::info!(address = %address, "serving /healthz, /readyz and /metrics");
+            let router = health::router(status.clone(), metrics.clone(), config.timeout);
+            Some(AbortOnDrop(tokio::spawn(async move {
+                if let Err(e) = health::serve(listener, router).await {
+                    tracing::error!(error = %e, "HTTP server stopped");
+                }
+            })))
+        }
+        None => None,
+    };
+
+    let policy = {
+        let config = config.clone();
+        let metrics = metrics.clone();
+        tokio::task::spawn_blocking(move || load_policy(&config, &metrics))
+            .await
+            .expect("policy loading panicked")?
+    };
+
+    let channel = tokio::select! {
+        c = csi::connect(&config.csi_socket, config.driver_wait) => c?,
+        () = &mut shutdown => return Ok(0),
+    };
+    let info = csi::get_plugin_info(&channel, config.timeout).await?;
+    if info.name.is_empty() {
+        return Err(AppError::EmptyDriverName);
+    }
+    validate::driver_name(&info.name)?;
+    tracing::info!(driver = %info.name, version = %info.vendor_version, "CSI driver name");
+
+    let ctx = Context {
+        node_name: config.node_name.clone(),
+        driver_name: info.name.clone(),
+        driver_version: info.vendor_version.clone(),
+        csi_address: config.csi_address.clone(),
+        kubelet_registration_path: config.kubelet_registration_path.clone(),
+        plugin_registration_path: config.plugin_registration_path.display().to_string(),
+    };
+    let registration = decide(&policy, &ctx).await?;
+    if let Err(e) = validate::endpoint(&registration.endpoint) {
+        // Upstream advertises --kubelet-registration-path verbatim; keep doing so, but say why the kubelet may fail.
+        tracing::warn!(error = %e, "the advertised endpoint looks unusable for the kubelet");
+    }
+
+    let (verdict_tx, mut verdicts) = mpsc::unbounded_channel();
+    let service = RegistrationService::new(&registration, verdict_tx, metrics.clone());
+    let (conn_tx, conn_rx) = mpsc::channel::<std::io::Result<UnixStream>>(16);
+    let (stop_server, server_stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        Server::builder()
+            .add_service(RegistrationServer::new(service))
+            .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), async {
+                let _ = server_stopped.await;
+            }),
+    );
+
+    let path = socket_path(&config.plugin_registration_path, &registration.name);
+    let mut socket = Some(Listening::start(path.clone(), &conn_tx)?);
+    metrics.socket_created("startup");
+    status.set_socket(path.clone(), registration.name.clone());
+    status.set_phase(Phase::WaitingForKubelet);
+    tracing::info!(socket = %path.display(), "registration socket ready; waiting for the kubelet");
+
+    let mut streak: Option<(u32, Instant)> = None;
+    let mut reconcile = tokio::time::interval(RECONCILE_EVERY);
+    reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned_replaced = false;
+    let code = loop {
+        tokio::select! {
+            () = &mut shutdown => break 0,
+            Some(Verdict { registered, error }) = verdicts.recv() => {
+                metrics.set_registered(registered);
+                if registered {
+                    streak = None;
+                    status.set_phase(Phase::Registered);
+                    continue;
+                }
+                status.set_phase(Phase::Rejected(error.clone()));
+                let (attempt, since) = streak.map_or((1, Instant::now()), |(n, t)| (n + 1, t));
+                streak = Some((attempt, since));
+                let failure = Failure { error, attempt, elapsed: since.elapsed() };
+                let action = {
+                    let (policy, ctx) = (policy.clone(), ctx.clone());
+                    tokio::task::spawn_blocking(move || policy.on_failure(&ctx, &failure))
+                        .await
+                        .expect("failure policy panicked")
+                };
+                match action {
+                    Ok(FailureAction::Exit(code)) => {
+                        tracing::error!(code, "registration refused; exiting as the failure policy decided");
+                        break code;
+                    }
+                    Ok(FailureAction::Ignore) => tracing::warn!("registration refused; the failure policy ignores it"),
+                    Ok(FailureAction::Retry(delay)) => {
+                        tracing::warn!(?delay, attempt, "registration refused; re-creating the registration socket after a delay");
+                        drop(socket.take()); // removes the socket: the kubelet deregisters it
+                        tokio::select! {
+                            () = tokio::time::sleep(delay) => {}
+                            () = &mut shutdown => break 0,
+                        }
+                        socket = Some(Listening::start(path.clone(), &conn_tx)?);
+                        metrics.socket_created("retry");
+                        status.set_phase(Phase::WaitingForKubelet);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "failure policy failed; exiting with code 1");
+                        break crate::policy::EXIT_FAILURE;
+                    }
+                }
+            }
+            _ = reconcile.tick() => {
+                let Some(current) = &socket else { continue };
+                match current.socket.state() {
+                    SocketState::Ours => warned_replaced = false,
+                    SocketState::Missing => {
+                        tracing::warn!(socket = %path.display(), "registration socket was deleted; re-creating it so the kubelet registers again");
+                        drop(socket.take());
+                        socket = Some(Listening::start(path.clone(), &conn_tx)?);
+                        metrics.socket_created("deleted");
+                        status.set_phase(Phase::WaitingForKubelet);
+                    }
+                    SocketState::Replaced if !warned_replaced => {
+                        warned_replaced = true;
+                        tracing::warn!(socket = %path.display(), "registration socket was replaced by another file (a newer instance?); leaving it alone");
+                    }
+                    SocketState::Replaced => {}
+                }
+            }
+        }
+    };
+
+    // Let in-flight kubelet calls (the NotifyRegistrationStatus that led here) get their reply.
+    let _ = stop_server.send(());
+    drop(conn_tx);
+    if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
+        tracing::warn!(grace = ?SHUTDOWN_GRACE, "kubelet calls still running after the grace period; stopping anyway");
+    }
+    drop(socket);
+    Ok(code)
+}
+
+async fn decide(policy: &Arc<dyn Policy>, ctx: &Context) -> Result<Registration, AppError> {
+    let (policy, ctx) = (policy.clone(), ctx.clone());
+    let registration = tokio::task::spawn_blocking(move || policy.registration(&ctx))
+        .await
+        .expect("policy panicked")?;
+    tracing::info!(name = %registration.name, endpoint = %registration.endpoint, versions = ?registration.supported_versions, "registration decided");
+    Ok(registration)
+}
+
+/// A bound registration socket and the task feeding its connections to the server.
+struct Listening {
+    socket: RegistrationSocket,
+    _accept: AbortOnDrop,
+}
+
+impl Listening {
+    fn start(
+        path: PathBuf,
+        conns: &mpsc::Sender<std::io::Result<UnixStream>>,
+    ) -> Result<Self, AppError> {
+        let (socket, listener) = RegistrationSocket::bind(path)?;
+        let conns = conns.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let conn = listener.accept().await.map(|(stream, _)| stream);
+                if let Err(e) = &conn {
+                    tracing::warn!(error = %e, "accepting a kubelet connection failed");
+                    continue;
+                }
+                if conns.send(conn).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Listening {
+            socket,
+            _accept: AbortOnDrop(accept),
+        })
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

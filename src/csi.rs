@@ -1,0 +1,172 @@
+//! The client side of the CSI driver socket.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::proto::csi::{GetPluginInfoRequest, ProbeRequest, identity_client::IdentityClient};
+
+/// How often a "still connecting" line is logged while the driver is away.
+pub const STILL_CONNECTING_EVERY: Duration = Duration::from_secs(10);
+const BACKOFF_START: Duration = Duration::from_millis(50);
+const BACKOFF_CAP: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CsiError {
+    #[error("invalid --csi-address {0:?}: only unix sockets are supported (a path or unix://path)")]
+    Address(String),
+    #[error("CSI driver socket {path} did not accept a connection within {waited:?}: {last_error}")]
+    ConnectTimeout {
+        path: PathBuf,
+        waited: Duration,
+        last_error: String,
+    },
+    #[error("GetPluginInfo failed: {0}")]
+    Rpc(#[from] tonic::Status),
+    #[error("GetPluginInfo did not answer within {0:?} (--timeout)")]
+    Timeout(Duration),
+    #[error("Probe failed: {0}")]
+    Probe(String),
+}
+
+/// Turns `--csi-address` into a socket path: a bare path or `unix://` + path
+/// (`unix:///csi/csi.sock` and `unix:/csi/csi.sock` both name `/csi/csi.sock`).
+pub fn socket_path(address: &str) -> Result<PathBuf, CsiError> {
+    let path = if let Some(rest) = address.strip_prefix("unix://") {
+        rest
+    } else if let Some(rest) = address.strip_prefix("unix:") {
+        rest
+    } else if address.contains("://") {
+        return Err(CsiError::Address(address.to_owned()));
+    } else {
+        address
+    };
+    if path.is_empty() {
+        return Err(CsiError::Address(address.to_owned()));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// A gRPC channel over a unix socket. It reconnects on its own after the
+/// driver restarts.
+pub async fn channel(path: &Path) -> std::io::Result<Channel> {
+    let path = path.to_owned();
+    // The URI is required by the API but unused: the connector dials the socket.
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(std::io::Error::other)
+}
+
+/// Connects to the driver, retrying with backoff (capped at 1 s) until it answers
+/// or `wait` runs out (`None`: forever). Logs the real dial error every 10 s.
+pub async fn connect(path: &Path, wait: Option<Duration>) -> Result<Channel, CsiError> {
+    let start = Instant::now();
+    let mut backoff = BACKOFF_START;
+    let mut next_log = start + STILL_CONNECTING_EVERY;
+    tracing::info!(socket = %path.display(), "connecting to the CSI driver");
+    loop {
+        // Dial first: a channel to a socket that does not exist yet would only
+        // fail later, on the first call.
+        let err = match UnixStream::connect(path).await {
+            Ok(probe) => {
+                drop(probe);
+                match channel(path).await {
+                    Ok(ch) => {
+                        tracing::info!(socket = %path.display(), waited = ?start.elapsed(), "connected to the CSI driver");
+                        return Ok(ch);
+                    }
+                    Err(e) => e,
+                }
+            }
+            Err(e) => e,
+        };
+        let now = Instant::now();
+        if let Some(wait) = wait
+            && now.duration_since(start) >= wait
+        {
+            return Err(CsiError::ConnectTimeout {
+                path: path.to_owned(),
+                waited: now.duration_since(start),
+                last_error: err.to_string(),
+            });
+        }
+        if now >= next_log {
+            tracing::warn!(socket = %path.display(), error = %err, waited = ?now.duration_since(start), "still connecting to the CSI driver");
+            next_log = now + STILL_CONNECTING_EVERY;
+        } else {
+            tracing::debug!(socket = %path.display(), error = %err, "CSI driver not reachable yet");
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_CAP);
+    }
+}
+
+/// The driver's `GetPluginInfo` answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub name: String,
+    pub vendor_version: String,
+}
+
+/// `Identity/GetPluginInfo` under `timeout`.
+pub async fn get_plugin_info(channel: &Channel, timeout: Duration) -> Result<PluginInfo, CsiError> {
+    let mut client = IdentityClient::new(channel.clone());
+    let mut request = tonic::Request::new(GetPluginInfoRequest {});
+    request.set_timeout(timeout);
+    let response = tokio::time::timeout(timeout, client.get_plugin_info(request))
+        .await
+        .map_err(|_| CsiError::Timeout(timeout))??
+        .into_inner();
+    Ok(PluginInfo {
+        name: response.name,
+        vendor_version: response.vendor_version,
+    })
+}
+
+/// `Identity/Probe` under `timeout`: Ok when the driver answers and does not
+/// report itself not ready.
+pub async fn probe(channel: &Channel, timeout: Duration) -> Result<(), CsiError> {
+    let mut client = IdentityClient::new(channel.clone());
+    let mut request = tonic::Request::new(ProbeRequest {});
+    request.set_timeout(timeout);
+    let response = tokio::time::timeout(timeout, client.probe(request))
+        .await
+        .map_err(|_| CsiError::Probe(format!("no answer within {timeout:?}")))?
+        .map_err(|s| CsiError::Probe(s.to_string()))?
+        .into_inner();
+    match response.ready {
+        Some(false) => Err(CsiError::Probe("driver reports not ready".into())),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            socket_path("/csi/csi.sock").unwrap(),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert_eq!(
+            socket_path("unix:///csi/csi.sock").unwrap(),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert_eq!(
+            socket_path("unix:/csi/csi.sock").unwrap(),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert!(socket_path("tcp://1.2.3.4:5").is_err());
+        assert!(socket_path("unix://").is_err());
+    }
+}

@@ -1,0 +1,147 @@
+//! `csi-node-driver-registrar demo`: a CSI driver stand-in, the registrar and a
+//! kubelet stand-in over real unix sockets in a temporary directory, narrated
+//! on stdout.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::app::{self, Config};
+use crate::health::Status;
+use crate::metrics::Metrics;
+use crate::standins::{DriverCall, DriverSpec, FakeDriver, FakeKubelet, wait_until};
+
+/// The driver name the stand-in reports.
+pub const DEMO_DRIVER: &str = "hostpath.csi.k8s.io";
+
+/// Runs one registration end to end, with the policy file if one is given.
+pub async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new()
+        .prefix("registrar-demo-")
+        .tempdir()?;
+    let csi_socket = dir.path().join("csi.sock");
+    let registry = dir.path().join("plugins_registry");
+    std::fs::create_dir(&registry)?;
+
+    println!("== demo in {}", dir.path().display());
+    match &policy {
+        Some(p) => println!("== policy: {}", p.display()),
+        None => println!("== policy: built-in (identical to the upstream registrar)"),
+    }
+    let mut driver = FakeDriver::start(&csi_socket, DriverSpec::named(DEMO_DRIVER)).await?;
+    println!(
+        "[driver]    CSI driver stand-in {DEMO_DRIVER:?} listening on {}",
+        csi_socket.display()
+    );
+
+    let config = Config {
+        csi_address: format!("unix://{}", csi_socket.display()),
+        csi_socket: csi_socket.clone(),
+        // The driver's socket as the kubelet sees it: in the demo, the same path.
+        kubelet_registration_path: csi_socket.display().to_string(),
+        plugin_registration_path: registry.clone(),
+        timeout: Duration::from_secs(1),
+        http_endpoint: None,
+        driver_wait: Some(Duration::from_secs(10)),
+        node_name: "demo-node".into(),
+        policy_config: policy,
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let status = Arc::new(Status::default());
+    let metrics = Arc::new(Metrics::new());
+    let registrar = tokio::spawn(app::run_with(
+        config,
+        async {
+            let _ = stopped.await;
+        },
+        metrics.clone(),
+        status.clone(),
+    ));
+
+    let socket = match wait_for_socket(&registry, Duration::from_secs(30)).await {
+        Some(s) => s,
+        None => {
+            let _ = stop.send(());
+            return match registrar.await? {
+                Err(e) => Err(anyhow::anyhow!("the registrar stopped: {e}")),
+                Ok(code) => Err(anyhow::anyhow!(
+                    "the registrar exited with {code} before creating its socket"
+                )),
+            };
+        }
+    };
+    if driver.next_call(Duration::from_secs(1)).await == Some(DriverCall::GetPluginInfo) {
+        println!("[driver]    <- GetPluginInfo from the registrar");
+    }
+    println!(
+        "[registrar] registration socket created: {}",
+        socket.display()
+    );
+
+    let kubelet = FakeKubelet::default();
+    println!(
+        "[kubelet]   found {}; dialing it",
+        socket.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let attempt = kubelet
+        .register(&socket)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let i = &attempt.info;
+    println!(
+        "[kubelet]   GetInfo -> type={:?} name={:?} endpoint={:?} supported_versions={:?}",
+        i.r#type, i.name, i.endpoint, i.supported_versions
+    );
+    if let Some(node_id) = &attempt.node_id {
+        println!(
+            "[kubelet]   NodeGetInfo on {:?} -> node_id={node_id:?}",
+            i.endpoint
+        );
+    }
+    println!(
+        "[kubelet]   NotifyRegistrationStatus(plugin_registered={}, error={:?}) -> reply: {}",
+        attempt.sent.plugin_registered,
+        attempt.sent.error,
+        match &attempt.notify_replied {
+            Ok(()) => "ok".to_owned(),
+            Err(e) => e.clone(),
+        }
+    );
+    let registered = wait_until(Duration::from_secs(2), || {
+        status.phase() == crate::health::Phase::Registered
+    })
+    .await;
+    println!(
+        "[registrar] state: {:?}; kubelet registered {:?}: {}",
+        status.phase(),
+        i.name,
+        kubelet.is_registered(&i.name)
+    );
+
+    let _ = stop.send(());
+    let code = registrar.await??;
+    println!(
+        "[registrar] stopped with exit code {code}; registration socket removed: {}",
+        !socket.exists()
+    );
+    driver.stop().await;
+    anyhow::ensure!(registered && code == 0, "the registration did not complete");
+    Ok(())
+}
+
+async fn wait_for_socket(dir: &Path, timeout: Duration) -> Option<PathBuf> {
+    let mut found = None;
+    wait_until(timeout, || {
+        found = std::fs::read_dir(dir).ok().and_then(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().ends_with("-reg.sock"))
+        });
+        found.is_some()
+    })
+    .await;
+    found
+}

@@ -1,0 +1,170 @@
+//! The HTTP server: `/healthz` as upstream answers it, `/readyz` tied to the
+//! kubelet's verdict, and `/metrics`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State as AxumState;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::metrics::Metrics;
+use crate::proto::registration::{InfoRequest, registration_client::RegistrationClient};
+
+/// Where the registration stands, for `/readyz` and `/healthz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// The CSI driver has not answered yet.
+    WaitingForDriver,
+    /// The socket is up; the kubelet has not given its verdict yet.
+    WaitingForKubelet,
+    Registered,
+    /// The kubelet refused; the failure policy is handling it.
+    Rejected(String),
+}
+
+/// What the HTTP handlers read; the composition root writes it.
+#[derive(Debug)]
+pub struct Status {
+    phase: RwLock<Phase>,
+    /// The registration socket and the driver name a GetInfo over it must return.
+    socket: RwLock<Option<(PathBuf, String)>>,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status {
+            phase: RwLock::new(Phase::WaitingForDriver),
+            socket: RwLock::new(None),
+        }
+    }
+}
+
+impl Status {
+    pub fn set_phase(&self, phase: Phase) {
+        *self.phase.write().unwrap_or_else(|e| e.into_inner()) = phase;
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_socket(&self, path: PathBuf, driver_name: String) {
+        *self.socket.write().unwrap_or_else(|e| e.into_inner()) = Some((path, driver_name));
+    }
+
+    fn socket(&self) -> Option<(PathBuf, String)> {
+        self.socket
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    status: Arc<Status>,
+    metrics: Arc<Metrics>,
+    timeout: Duration,
+}
+
+pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, timeout: Duration) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(Shared {
+            status,
+            metrics,
+            timeout,
+        })
+}
+
+/// Serves until the listener fails or the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
+    axum::serve(listener, router).await
+}
+
+/// Upstream: 200 `ok` when the socket exists and a GetInfo over it returns our
+/// driver name; 404 when the file is gone; 500 with the error otherwise. While
+/// the driver has not answered yet there is no socket by design, and the
+/// process is doing its job, so that phase answers 200 (readiness says
+/// not-ready): a liveness probe must not kill a registrar waiting for a slow driver.
+async fn healthz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
+    let Some((path, name)) = s.status.socket() else {
+        return (StatusCode::OK, "ok: waiting for the CSI driver".into());
+    };
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return (
+                StatusCode::NOT_FOUND,
+                "registration socket does not exist".into(),
+            );
+        }
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(_) => {}
+    }
+    let check = async {
+        let channel = crate::csi::channel(&path).await.map_err(|e| {
+            format!(
+                "failed to connect to registration socket {}: {e}",
+                path.display()
+            )
+        })?;
+        let info = RegistrationClient::new(channel)
+            .get_info(InfoRequest {})
+            .await
+            .map_err(|e| format!("failed to call GetInfo on registration socket: {e}"))?
+            .into_inner();
+        if info.name != name {
+            return Err(format!(
+                "registration socket answers for driver {:?}, expected {name:?}",
+                info.name
+            ));
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(s.timeout, check).await {
+        Ok(Ok(())) => (StatusCode::OK, "ok".into()),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "GetInfo on registration socket did not answer within {:?}",
+                s.timeout
+            ),
+        ),
+    }
+}
+
+/// 200 once the kubelet accepted the registration; 503 with the reason before and after a refusal.
+async fn readyz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
+    match s.status.phase() {
+        Phase::Registered => (StatusCode::OK, "ok".into()),
+        Phase::WaitingForDriver => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the CSI driver".into(),
+        ),
+        Phase::WaitingForKubelet => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the kubelet to register the plugin".into(),
+        ),
+        Phase::Rejected(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("kubelet refused the registration: {e}"),
+        ),
+    }
+}
+
+async fn metrics_text(AxumState(s): AxumState<Shared>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+}

@@ -1,0 +1,50 @@
+//! Flags -> config -> `app::run(config, signal::shutdown())` -> exit code.
+//!
+//! Exit codes as upstream: 0 (`--version`, probe mode, SIGTERM), 1 (runtime
+//! failures), 2 (flag errors).
+
+use std::process::ExitCode;
+
+use csi_node_driver_registrar::{VERSION, app, cli, logging, signal, tools};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(code) = tools::dispatch(&args) {
+        return code;
+    }
+    let flags = match cli::Flags::try_parse_go(args.iter().cloned()) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    if flags.version {
+        println!("{} {VERSION}", args[0]);
+        return ExitCode::SUCCESS;
+    }
+    logging::init(flags.verbosity, flags.logging_format == "json");
+    tracing::info!(version = VERSION, "csi-node-driver-registrar starting");
+
+    let node_name = std::env::var("KUBE_NODE_NAME").unwrap_or_default();
+    let config = match app::Config::from_flags(&flags, node_name) {
+        Ok(app::Start::Run(config)) => *config,
+        Ok(app::Start::ExitOk) => return ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime");
+    match runtime.block_on(app::run(config, signal::shutdown())) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

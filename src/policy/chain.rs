@@ -1,0 +1,231 @@
+//! Runs plugins in TOML order in front of the built-in policy.
+//!
+//! | hook | rule |
+//! |---|---|
+//! | driver-name, versions, endpoint | pipeline: each plugin gets the previous output; the host validates every step |
+//! | failure | the first answer that is not `defer` wins; all defer: the built-in default |
+//!
+//! A plugin error (trap, timeout, invalid output, `policy-error`) is handled by the
+//! plugin's `on_error`; a plugin in monitor mode is run and logged but not applied.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::config::{Hook, Mode, OnError};
+use super::{Context, DefaultPolicy, Failure, FailureAction, Policy, PolicyError, Registration};
+use crate::metrics::Metrics;
+use crate::validate;
+
+/// A loaded plugin, as the chain sees it. Each call reports the plugin's own
+/// answer: `Ok(None)` is `keep` (or `defer` for the failure hook).
+pub trait PluginHooks: Send + Sync {
+    fn id(&self) -> &str;
+    fn mode(&self) -> Mode;
+    fn on_error(&self) -> OnError;
+    /// Whether the component exports the hook and the TOML filter lets it run.
+    fn runs(&self, hook: Hook) -> bool;
+    fn rewrite_driver_name(
+        &self,
+        ctx: &Context,
+        current: &str,
+    ) -> Result<Option<String>, CallError>;
+    fn supported_versions(
+        &self,
+        ctx: &Context,
+        current: &[String],
+    ) -> Result<Vec<String>, CallError>;
+    fn map_endpoint(&self, ctx: &Context, current: &str) -> Result<Option<String>, CallError>;
+    fn on_failure(
+        &self,
+        ctx: &Context,
+        failure: &Failure,
+    ) -> Result<Option<FailureAction>, CallError>;
+}
+
+/// Why a plugin call gave no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The plugin answered with its `policy-error`.
+    #[error("the plugin reported an error: {0}")]
+    Plugin(String),
+    #[error("deadline of {0:?} exceeded")]
+    Timeout(Duration),
+    #[error("memory limit of {0} MiB exceeded")]
+    Memory(u64),
+    #[error("trapped: {0}")]
+    Trap(String),
+    /// The answer broke a rule the kubelet or the CSI spec sets.
+    #[error("invalid decision: {0}")]
+    Invalid(String),
+}
+
+impl CallError {
+    /// The `outcome` label of the plugin-call metrics.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            CallError::Plugin(_) => "error",
+            CallError::Timeout(_) => "timeout",
+            CallError::Memory(_) | CallError::Trap(_) => "trap",
+            CallError::Invalid(_) => "invalid",
+        }
+    }
+}
+
+/// Plugins in front of the built-in policy.
+pub struct Chain {
+    plugins: Vec<Box<dyn PluginHooks>>,
+    min_retry: Duration,
+    max_retry: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Chain {
+    pub fn new(
+        plugins: Vec<Box<dyn PluginHooks>>,
+        min_retry: Duration,
+        max_retry: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Chain {
+            plugins,
+            min_retry,
+            max_retry,
+            metrics,
+        }
+    }
+
+    pub fn plugin_ids(&self) -> Vec<&str> {
+        self.plugins.iter().map(|p| p.id()).collect()
+    }
+
+    /// Calls one plugin hook, validates its answer, records the call, and applies
+    /// `on_error`. `Ok(None)`: nothing to apply (keep, skip or monitor).
+    fn step<T: std::fmt::Debug>(
+        &self,
+        plugin: &dyn PluginHooks,
+        hook: Hook,
+        call: impl FnOnce() -> Result<Option<T>, CallError>,
+        check: impl FnOnce(&T) -> Result<(), String>,
+    ) -> Result<Option<T>, PolicyError> {
+        let start = Instant::now();
+        let answer = call().and_then(|a| match &a {
+            Some(v) => check(v).map(|()| a).map_err(CallError::Invalid),
+            None => Ok(a),
+        });
+        let outcome = answer
+            .as_ref()
+            .map(|_| "ok")
+            .unwrap_or_else(|e| e.outcome());
+        self.metrics
+            .plugin_call(plugin.id(), hook.as_str(), outcome, start.elapsed());
+        match answer {
+            Ok(Some(v)) if plugin.mode() == Mode::Monitor => {
+                tracing::info!(plugin = plugin.id(), %hook, decision = ?v, "monitor mode: decision logged, not applied");
+                Ok(None)
+            }
+            Ok(a) => Ok(a),
+            Err(e) => match plugin.on_error() {
+                OnError::Skip => {
+                    tracing::warn!(plugin = plugin.id(), %hook, error = %e, "plugin failed; on_error = \"skip\": going on without it");
+                    Ok(None)
+                }
+                OnError::Fail => Err(PolicyError {
+                    plugin: plugin.id().to_owned(),
+                    hook: hook.as_str(),
+                    message: e.to_string(),
+                }),
+            },
+        }
+    }
+
+    fn clamp(&self, action: FailureAction) -> FailureAction {
+        match action {
+            FailureAction::Retry(d) => {
+                FailureAction::Retry(d.clamp(self.min_retry, self.max_retry))
+            }
+            other => other,
+        }
+    }
+}
+
+impl Policy for Chain {
+    fn registration(&self, ctx: &Context) -> Result<Registration, PolicyError> {
+        let mut reg = DefaultPolicy.registration(ctx)?;
+        for p in &self.plugins {
+            let p = p.as_ref();
+            if p.runs(Hook::DriverName) {
+                let current = reg.name.clone();
+                if let Some(name) = self.step(
+                    p,
+                    Hook::DriverName,
+                    || p.rewrite_driver_name(ctx, &current),
+                    |n| validate::driver_name(n).map_err(|e| e.to_string()),
+                )? {
+                    tracing::info!(plugin = p.id(), from = %reg.name, to = %name, "driver name rewritten");
+                    reg.name = name;
+                }
+            }
+            if p.runs(Hook::Versions) {
+                let current = reg.supported_versions.clone();
+                if let Some(versions) = self.step(
+                    p,
+                    Hook::Versions,
+                    || p.supported_versions(ctx, &current).map(Some),
+                    |v| {
+                        validate::highest_supported_version(v)
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    },
+                )? {
+                    tracing::info!(plugin = p.id(), ?versions, "supported versions chosen");
+                    reg.supported_versions = versions;
+                }
+            }
+            if p.runs(Hook::Endpoint) {
+                let current = reg.endpoint.clone();
+                if let Some(endpoint) = self.step(
+                    p,
+                    Hook::Endpoint,
+                    || p.map_endpoint(ctx, &current),
+                    |e| validate::endpoint(e).map_err(|e| e.to_string()),
+                )? {
+                    tracing::info!(plugin = p.id(), from = %reg.endpoint, to = %endpoint, "endpoint mapped");
+                    reg.endpoint = endpoint;
+                }
+            }
+        }
+        Ok(reg)
+    }
+
+    fn on_failure(&self, ctx: &Context, failure: &Failure) -> Result<FailureAction, PolicyError> {
+        for p in &self.plugins {
+            let p = p.as_ref();
+            if !p.runs(Hook::Failure) {
+                continue;
+            }
+            let decided = self.step(
+                p,
+                Hook::Failure,
+                || p.on_failure(ctx, failure),
+                |a| match a {
+                    FailureAction::Exit(0) => Err(
+                        "exit(0) after a refusal would hide the failure: use ignore, or exit with 1-255"
+                            .to_owned(),
+                    ),
+                    _ => Ok(()),
+                },
+            )?;
+            if let Some(action) = decided {
+                let action = self.clamp(action);
+                tracing::info!(
+                    plugin = p.id(),
+                    ?action,
+                    attempt = failure.attempt,
+                    "failure policy decided"
+                );
+                return Ok(action);
+            }
+        }
+        DefaultPolicy.on_failure(ctx, failure)
+    }
+}

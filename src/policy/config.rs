@@ -1,0 +1,522 @@
+//! The policy file: an ordered list of WebAssembly plugins and their limits.
+//!
+//! ```toml
+//! [policy]
+//! cache_dir = "/var/lib/csi-registrar/wasm-cache"
+//!
+//! [policy.defaults]
+//! timeout_ms = 100
+//!
+//! [[plugin]]
+//! id = "pool-suffix"
+//! path = "/etc/csi-registrar/pool-suffix.wasm"
+//! sha256 = "9c1f…"
+//! hooks = ["driver-name"]
+//! [plugin.settings]
+//! suffix = "-pool-a"
+//! ```
+//!
+//! Unknown keys are errors, and every error names the file, the line and the key.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Deadline of one plugin call unless the file says otherwise.
+pub const DEFAULT_TIMEOUT_MS: u64 = 100;
+/// The kubelet waits about 1 s for GetInfo; no plugin call may take that long.
+pub const MAX_TIMEOUT_MS: u64 = 999;
+/// Memory cap of one plugin instance unless the file says otherwise.
+pub const DEFAULT_MEMORY_LIMIT_MIB: u64 = 32;
+pub const MAX_MEMORY_LIMIT_MIB: u64 = 4096;
+/// How often the deadline clock ticks.
+pub const DEFAULT_EPOCH_TICK_MS: u64 = 10;
+/// Bounds a plugin's retry delay is clamped to.
+pub const DEFAULT_MIN_RETRY_MS: u64 = 500;
+pub const DEFAULT_MAX_RETRY_MS: u64 = 300_000;
+
+/// The four decisions a plugin can take part in.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Hook {
+    DriverName,
+    Versions,
+    Failure,
+    Endpoint,
+}
+
+impl Hook {
+    pub const ALL: [Hook; 4] = [
+        Hook::DriverName,
+        Hook::Versions,
+        Hook::Failure,
+        Hook::Endpoint,
+    ];
+
+    /// The name used in the TOML file, in logs and metrics, and in the WIT interface.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::DriverName => "driver-name",
+            Hook::Versions => "versions",
+            Hook::Failure => "failure",
+            Hook::Endpoint => "endpoint",
+        }
+    }
+}
+
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Hook {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Hook::ALL
+            .into_iter()
+            .find(|h| h.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown hook {s:?} (expected driver-name, versions, failure or endpoint)")
+            })
+    }
+}
+
+/// What a plugin error (trap, timeout, invalid output, `policy-error`) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnError {
+    /// Fail closed: at start-up the registrar refuses to start; on a refusal it
+    /// applies the built-in decision (exit 1).
+    #[default]
+    Fail,
+    /// Fail open: log it and go on as if the plugin had kept the current value
+    /// (or deferred, for the failure hook).
+    Skip,
+}
+
+/// Whether a plugin's decisions are applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    /// Run the plugin and log its decision, but do not apply it.
+    Monitor,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    policy: RawPolicy,
+    #[serde(default)]
+    plugin: Vec<RawPlugin>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    /// Where compiled plugins are cached (created 0700). Absent: compile at every start.
+    cache_dir: Option<PathBuf>,
+    epoch_tick_ms: Option<Spanned<u64>>,
+    min_retry_ms: Option<Spanned<u64>>,
+    max_retry_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    defaults: RawLimits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    timeout_ms: Option<Spanned<u64>>,
+    memory_limit_mib: Option<Spanned<u64>>,
+    on_error: Option<OnError>,
+    mode: Option<Mode>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlugin {
+    id: Spanned<String>,
+    path: Spanned<PathBuf>,
+    sha256: Option<Spanned<String>>,
+    #[serde(default)]
+    allow_unpinned: bool,
+    hooks: Option<Vec<Hook>>,
+    #[serde(flatten)]
+    limits: RawLimits,
+    #[serde(default)]
+    settings: toml::Table,
+}
+
+/// A parsed and checked policy file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyConfig {
+    /// The file it was read from, for messages.
+    pub source: PathBuf,
+    pub cache_dir: Option<PathBuf>,
+    pub epoch_tick: Duration,
+    pub min_retry: Duration,
+    pub max_retry: Duration,
+    pub plugins: Vec<PluginConfig>,
+}
+
+/// One `[[plugin]]` entry with the defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginConfig {
+    pub id: String,
+    /// Absolute, or relative to the policy file's directory.
+    pub path: PathBuf,
+    /// The pin; `None` only with `allow_unpinned = true`.
+    pub sha256: Option<[u8; 32]>,
+    /// `None`: every hook the component exports.
+    pub hooks: Option<BTreeSet<Hook>>,
+    pub timeout: Duration,
+    pub memory_limit_bytes: u64,
+    pub on_error: OnError,
+    pub mode: Mode,
+    /// The `settings` table as JSON, handed to the plugin.
+    pub settings_json: String,
+}
+
+/// A policy file that cannot be used; the text names the file, line and key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read policy file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("policy file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("policy file {path}, line {line}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+impl PolicyConfig {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml_str(&text, path)
+    }
+
+    /// Parses `text`; `path` names the file in messages and anchors relative plugin paths.
+    pub fn from_toml_str(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        let invalid = |span: std::ops::Range<usize>, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            line: line_of(text, span.start),
+            message,
+        };
+        let ranged = |v: &Option<Spanned<u64>>, key: &str, default: u64, lo: u64, hi: u64| match v {
+            None => Ok(default),
+            Some(s) if (lo..=hi).contains(s.get_ref()) => Ok(*s.get_ref()),
+            Some(s) => Err(invalid(
+                s.span(),
+                format!("{key} = {} is out of range: use {lo} to {hi}", s.get_ref()),
+            )),
+        };
+
+        let d = &raw.policy.defaults;
+        let default_timeout = ranged(
+            &d.timeout_ms,
+            "timeout_ms",
+            DEFAULT_TIMEOUT_MS,
+            1,
+            MAX_TIMEOUT_MS,
+        )?;
+        let default_memory = ranged(
+            &d.memory_limit_mib,
+            "memory_limit_mib",
+            DEFAULT_MEMORY_LIMIT_MIB,
+            1,
+            MAX_MEMORY_LIMIT_MIB,
+        )?;
+        let epoch_tick = ranged(
+            &raw.policy.epoch_tick_ms,
+            "epoch_tick_ms",
+            DEFAULT_EPOCH_TICK_MS,
+            1,
+            100,
+        )?;
+        let min_retry = ranged(
+            &raw.policy.min_retry_ms,
+            "min_retry_ms",
+            DEFAULT_MIN_RETRY_MS,
+            1,
+            3_600_000,
+        )?;
+        let max_retry = ranged(
+            &raw.policy.max_retry_ms,
+            "max_retry_ms",
+            DEFAULT_MAX_RETRY_MS,
+            1,
+            3_600_000,
+        )?;
+        if min_retry > max_retry {
+            let span = raw
+                .policy
+                .min_retry_ms
+                .as_ref()
+                .map(Spanned::span)
+                .unwrap_or(0..0);
+            return Err(invalid(
+                span,
+                format!("min_retry_ms ({min_retry}) is greater than max_retry_ms ({max_retry})"),
+            ));
+        }
+
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut plugins: Vec<PluginConfig> = Vec::new();
+        for p in raw.plugin {
+            let id = p.id.get_ref();
+            if id.is_empty()
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                return Err(invalid(
+                    p.id.span(),
+                    format!(
+                        "plugin id {id:?} must be non-empty and use only letters, digits, '-', '_' and '.'"
+                    ),
+                ));
+            }
+            if plugins.iter().any(|q| &q.id == id) {
+                return Err(invalid(
+                    p.id.span(),
+                    format!("plugin id {id:?} is used twice"),
+                ));
+            }
+            let sha256 = match (&p.sha256, p.allow_unpinned) {
+                (Some(s), _) => Some(
+                    parse_sha256(s.get_ref())
+                        .map_err(|m| invalid(s.span(), format!("plugin {id:?}: sha256 {m}")))?,
+                ),
+                (None, true) => None,
+                (None, false) => {
+                    return Err(invalid(
+                        p.id.span(),
+                        format!(
+                            "plugin {id:?} has no sha256 pin: add sha256 = \"<hex digest>\" (sha256sum {}) or set allow_unpinned = true",
+                            p.path.get_ref().display()
+                        ),
+                    ));
+                }
+            };
+            let l = &p.limits;
+            let settings_json = serde_json::to_string(&p.settings).map_err(|e| {
+                invalid(
+                    p.id.span(),
+                    format!("plugin {id:?}: settings cannot be encoded as JSON: {e}"),
+                )
+            })?;
+            plugins.push(PluginConfig {
+                id: id.clone(),
+                path: base.join(p.path.get_ref()),
+                sha256,
+                hooks: p.hooks.map(|h| h.into_iter().collect()),
+                timeout: Duration::from_millis(ranged(
+                    &l.timeout_ms,
+                    "timeout_ms",
+                    default_timeout,
+                    1,
+                    MAX_TIMEOUT_MS,
+                )?),
+                memory_limit_bytes: ranged(
+                    &l.memory_limit_mib,
+                    "memory_limit_mib",
+                    default_memory,
+                    1,
+                    MAX_MEMORY_LIMIT_MIB,
+                )? << 20,
+                on_error: l.on_error.or(d.on_error).unwrap_or_default(),
+                mode: l.mode.or(d.mode).unwrap_or_default(),
+                settings_json,
+            });
+        }
+
+        Ok(PolicyConfig {
+            source: path.to_owned(),
+            cache_dir: raw.policy.cache_dir.map(|c| base.join(c)),
+            epoch_tick: Duration::from_millis(epoch_tick),
+            min_retry: Duration::from_millis(min_retry),
+            max_retry: Duration::from_millis(max_retry),
+            plugins,
+        })
+    }
+}
+
+fn parse_sha256(s: &str) -> Result<[u8; 32], String> {
+    let s = s.strip_prefix("sha256:").unwrap_or(s);
+    let bytes = hex::decode(s).map_err(|_| format!("{s:?} is not hexadecimal"))?;
+    bytes.try_into().map_err(|b: Vec<u8>| {
+        format!(
+            "{s:?} has {} bytes; a sha256 digest has 32 (64 hex digits)",
+            b.len()
+        )
+    })
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PIN: &str = "9c1f0000000000000000000000000000000000000000000000000000000000ff";
+
+    fn parse(text: &str) -> Result<PolicyConfig, ConfigError> {
+        PolicyConfig::from_toml_str(text, Path::new("/etc/registrar/policy.toml"))
+    }
+
+    #[test]
+    fn full_file() {
+        let cfg = parse(&format!(
+            r#"
+[policy]
+cache_dir = "cache"
+min_retry_ms = 100
+
+[policy.defaults]
+timeout_ms = 50
+on_error = "skip"
+
+[[plugin]]
+id = "rename"
+path = "rename.wasm"
+sha256 = "{PIN}"
+hooks = ["driver-name", "endpoint"]
+memory_limit_mib = 8
+mode = "monitor"
+[plugin.settings]
+suffix = "-a"
+nested = {{ x = 1 }}
+
+[[plugin]]
+id = "retry"
+path = "/abs/retry.wasm"
+allow_unpinned = true
+on_error = "fail"
+"#
+        ))
+        .unwrap();
+        assert_eq!(cfg.cache_dir, Some(PathBuf::from("/etc/registrar/cache")));
+        assert_eq!(cfg.min_retry, Duration::from_millis(100));
+        assert_eq!(cfg.plugins.len(), 2);
+        let a = &cfg.plugins[0];
+        assert_eq!(a.path, PathBuf::from("/etc/registrar/rename.wasm"));
+        assert_eq!(a.sha256.unwrap()[0], 0x9c);
+        assert_eq!(a.timeout, Duration::from_millis(50));
+        assert_eq!(a.memory_limit_bytes, 8 << 20);
+        assert_eq!(a.on_error, OnError::Skip);
+        assert_eq!(a.mode, Mode::Monitor);
+        assert_eq!(
+            a.hooks,
+            Some([Hook::DriverName, Hook::Endpoint].into_iter().collect())
+        );
+        let settings: serde_json::Value = serde_json::from_str(&a.settings_json).unwrap();
+        assert_eq!(settings["suffix"], "-a");
+        assert_eq!(settings["nested"]["x"], 1);
+        let b = &cfg.plugins[1];
+        assert_eq!(b.path, PathBuf::from("/abs/retry.wasm"));
+        assert_eq!(b.sha256, None);
+        assert_eq!(b.on_error, OnError::Fail);
+        assert_eq!(b.settings_json, "{}");
+        assert_eq!(b.memory_limit_bytes, DEFAULT_MEMORY_LIMIT_MIB << 20);
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_key() {
+        let err = parse("[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\ntimeout = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("policy file /etc/registrar/policy.toml:"),
+            "{err}"
+        );
+        assert!(err.contains("line 4"), "{err}");
+        assert!(err.contains("timeout"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_line() {
+        let err = parse(&format!(
+            "[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\nsha256 = \"{PIN}\"\n\ntimeout_ms = 0\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "policy file /etc/registrar/policy.toml, line 6: timeout_ms = 0 is out of range: use 1 to 999"
+        );
+        let err = parse("[policy.defaults]\ntimeout_ms = 1000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2") && err.contains("1 to 999"), "{err}");
+    }
+
+    #[test]
+    fn pins_are_required_and_checked() {
+        let err = parse("[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 2")
+                && err.contains("no sha256 pin")
+                && err.contains("allow_unpinned"),
+            "{err}"
+        );
+        let err = parse("[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\nsha256 = \"abc\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 4") && err.contains("not hexadecimal"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn ids_unique_and_hooks_known() {
+        let two = format!(
+            "[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\nsha256 = \"{PIN}\"\n[[plugin]]\nid = \"a\"\npath = \"b.wasm\"\nsha256 = \"{PIN}\"\n"
+        );
+        let err = parse(&two).unwrap_err().to_string();
+        assert!(
+            err.contains("line 6") && err.contains("used twice"),
+            "{err}"
+        );
+        let err = parse(&format!(
+            "[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\nsha256 = \"{PIN}\"\nhooks = [\"rename\"]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("line 5") && err.contains("rename"), "{err}");
+    }
+
+    #[test]
+    fn empty_file_is_no_plugins() {
+        let cfg = parse("").unwrap();
+        assert!(cfg.plugins.is_empty());
+        assert_eq!(cfg.epoch_tick, Duration::from_millis(DEFAULT_EPOCH_TICK_MS));
+    }
+}

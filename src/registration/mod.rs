@@ -1,0 +1,8 @@
+//! The kubelet side: the registration socket and the `pluginregistration`
+//! service served on it.
+
+pub mod service;
+pub mod socket;
+
+pub use service::{RegistrationService, Verdict};
+pub use socket::{RegistrationSocket, SocketError};

@@ -1,0 +1,282 @@
+//! The rules every registration value must follow, whoever produced it (the
+//! driver, the built-in policy or a plugin). They are the kubelet's and the CSI
+//! spec's rules, so a value that passes here is one the kubelet accepts.
+
+use std::path::Path;
+
+/// Longest path a `sockaddr_un` can hold, including its terminating NUL.
+pub const UNIX_PATH_MAX: usize = 108;
+
+/// The CSI spec's limit on a driver name.
+pub const MAX_DRIVER_NAME_LEN: usize = 63;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("driver name is empty")]
+    Empty,
+    #[error(
+        "driver name {name:?} is {len} characters long; the CSI spec allows at most {MAX_DRIVER_NAME_LEN}"
+    )]
+    TooLong { name: String, len: usize },
+    #[error(
+        "driver name {name:?} must begin and end with an alphanumeric character ([a-z0-9A-Z]) (CSI naming rule)"
+    )]
+    BadEnds { name: String },
+    #[error(
+        "driver name {name:?} contains {found:?}; only alphanumerics, '-' and '.' are allowed (CSI naming rule)"
+    )]
+    BadChar { name: String, found: char },
+}
+
+/// Checks a driver name against the CSI spec: at most 63 characters, beginning
+/// and ending with an alphanumeric, with `-`, `.` and alphanumerics between
+/// (Kubernetes stores it in CSINode, which refuses anything else).
+///
+/// Since `/` is refused, `<name>-reg.sock` can never leave the registration directory.
+pub fn driver_name(name: &str) -> Result<(), NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    let len = name.chars().count();
+    if len > MAX_DRIVER_NAME_LEN {
+        return Err(NameError::TooLong {
+            name: name.to_owned(),
+            len,
+        });
+    }
+    if let Some(found) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.')))
+    {
+        return Err(NameError::BadChar {
+            name: name.to_owned(),
+            found,
+        });
+    }
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if !alnum(name.chars().next()) || !alnum(name.chars().last()) {
+        return Err(NameError::BadEnds {
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// A version as the kubelet's `version.ParseGeneric` reads it: at least two
+/// dot-separated numeric components, an optional leading `v` and surrounding
+/// white space; anything after the numbers is ignored (`1.0.0-rc1` is 1.0.0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletVersion(Vec<u64>);
+
+impl KubeletVersion {
+    pub fn parse(text: &str) -> Option<Self> {
+        let s = text.trim();
+        let s = s.strip_prefix('v').unwrap_or(s);
+        let numeric_end = s
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(s.len());
+        // The regexp is `([0-9]+(?:\.[0-9]+)*)`: stop before a trailing dot.
+        let mut numbers = &s[..numeric_end];
+        while let Some(stripped) = numbers.strip_suffix('.') {
+            numbers = stripped;
+        }
+        let parts: Vec<&str> = numbers.split('.').collect();
+        if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
+            return None;
+        }
+        if parts[0].len() > 1 && parts[0].starts_with('0') {
+            return None;
+        }
+        parts
+            .iter()
+            .map(|p| p.parse::<u64>().ok())
+            .collect::<Option<Vec<_>>>()
+            .map(KubeletVersion)
+    }
+
+    pub fn major(&self) -> u64 {
+        self.0[0]
+    }
+
+    fn component(&self, i: usize) -> u64 {
+        self.0.get(i).copied().unwrap_or(0)
+    }
+}
+
+impl PartialOrd for KubeletVersion {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for KubeletVersion {
+    /// Component-wise, missing components count as 0 (`1.0` == `1.0.0`).
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let n = self.0.len().max(other.0.len());
+        (0..n)
+            .map(|i| self.component(i).cmp(&other.component(i)))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    }
+}
+
+impl std::fmt::Display for KubeletVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(u64::to_string).collect();
+        write!(f, "{}", parts.join("."))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VersionsError {
+    #[error("supported versions are empty; the kubelet needs at least one 1.x version")]
+    Empty,
+    #[error(
+        "none of the supported versions {0:?} is a 1.x version the kubelet can parse (it reads \"<major>.<minor>[.<patch>]\" and needs major 1)"
+    )]
+    NoV1(Vec<String>),
+}
+
+/// The kubelet's `HighestSupportedVersion` followed by its "must be v1.x" check:
+/// unparsable entries and majors above 1 are skipped, and the highest remaining
+/// version must have major 1.
+pub fn highest_supported_version(versions: &[String]) -> Result<KubeletVersion, VersionsError> {
+    if versions.is_empty() {
+        return Err(VersionsError::Empty);
+    }
+    versions
+        .iter()
+        .filter_map(|v| KubeletVersion::parse(v))
+        .filter(|v| v.major() <= 1)
+        .max()
+        .filter(|v| v.major() == 1)
+        .ok_or_else(|| VersionsError::NoV1(versions.to_vec()))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("endpoint is empty")]
+    Empty,
+    #[error("endpoint {0:?} is not an absolute path")]
+    NotAbsolute(String),
+    #[error("endpoint {0:?} contains a NUL byte")]
+    Nul(String),
+    #[error(
+        "endpoint {path:?} is {len} bytes long; a unix socket path must be shorter than {UNIX_PATH_MAX} bytes"
+    )]
+    TooLong { path: String, len: usize },
+}
+
+/// The endpoint the kubelet dials: an absolute unix socket path on the host.
+pub fn endpoint(path: &str) -> Result<(), EndpointError> {
+    if path.is_empty() {
+        return Err(EndpointError::Empty);
+    }
+    if path.contains('\0') {
+        return Err(EndpointError::Nul(path.to_owned()));
+    }
+    if !Path::new(path).is_absolute() {
+        return Err(EndpointError::NotAbsolute(path.to_owned()));
+    }
+    if path.len() >= UNIX_PATH_MAX {
+        return Err(EndpointError::TooLong {
+            path: path.to_owned(),
+            len: path.len(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csi_names() {
+        for ok in ["a", "hostpath.csi.k8s.io", "A-b.c9", &"x".repeat(63)] {
+            assert_eq!(driver_name(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(driver_name(""), Err(NameError::Empty));
+        assert!(matches!(
+            driver_name(&"x".repeat(64)),
+            Err(NameError::TooLong { len: 64, .. })
+        ));
+        assert!(matches!(
+            driver_name("../etc"),
+            Err(NameError::BadChar { found: '/', .. })
+        ));
+        assert!(matches!(
+            driver_name("under_score"),
+            Err(NameError::BadChar { found: '_', .. })
+        ));
+        assert!(matches!(
+            driver_name("-lead"),
+            Err(NameError::BadEnds { .. })
+        ));
+        assert!(matches!(
+            driver_name("trail."),
+            Err(NameError::BadEnds { .. })
+        ));
+        let msg = driver_name("a b").unwrap_err().to_string();
+        assert!(
+            msg.contains("' '") && msg.contains("CSI naming rule"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn kubelet_version_parsing() {
+        let p = |s: &str| KubeletVersion::parse(s).map(|v| v.to_string());
+        assert_eq!(p("1.0.0"), Some("1.0.0".into()));
+        assert_eq!(p(" v1.2 "), Some("1.2".into()));
+        assert_eq!(p("1.0.0-rc1"), Some("1.0.0".into()));
+        assert_eq!(p("1"), None, "one component is not enough");
+        assert_eq!(p("01.0"), None, "leading zero in the major");
+        assert_eq!(p("x1.0"), None);
+        assert_eq!(p(""), None);
+        assert_eq!(
+            KubeletVersion::parse("1.0")
+                .unwrap()
+                .cmp(&KubeletVersion::parse("1.0.0").unwrap()),
+            std::cmp::Ordering::Equal
+        );
+    }
+
+    #[test]
+    fn highest_version_rule() {
+        let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            highest_supported_version(&v(&["1.0.0"]))
+                .unwrap()
+                .to_string(),
+            "1.0.0"
+        );
+        assert_eq!(
+            highest_supported_version(&v(&["2.0.0", "junk", "1.3", "1.2.9"]))
+                .unwrap()
+                .to_string(),
+            "1.3"
+        );
+        assert_eq!(highest_supported_version(&[]), Err(VersionsError::Empty));
+        assert!(matches!(
+            highest_supported_version(&v(&["0.3.0", "2.0.0"])),
+            Err(VersionsError::NoV1(_))
+        ));
+    }
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(endpoint("/var/lib/kubelet/plugins/x/csi.sock"), Ok(()));
+        assert!(matches!(
+            endpoint("relative.sock"),
+            Err(EndpointError::NotAbsolute(_))
+        ));
+        assert!(matches!(endpoint("/a\0b"), Err(EndpointError::Nul(_))));
+        let long = format!("/{}", "a".repeat(107));
+        assert!(matches!(
+            endpoint(&long),
+            Err(EndpointError::TooLong { len: 108, .. })
+        ));
+        assert_eq!(endpoint(&format!("/{}", "a".repeat(106))), Ok(()));
+    }
+}
