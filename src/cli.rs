@@ -86,7 +86,7 @@ pub struct Flags {
 
     /// Arguments after the flags. Go's flag package stops at the first one and the
     /// upstream registrar ignores them; they are logged and ignored here too.
-    #[arg(hide = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(hide = true)]
     pub ignored: Vec<String>,
 }
 

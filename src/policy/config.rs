@@ -149,8 +149,12 @@ struct RawPlugin {
     #[serde(default)]
     allow_unpinned: bool,
     hooks: Option<Vec<Hook>>,
-    #[serde(flatten)]
-    limits: RawLimits,
+    // The same keys as `[policy.defaults]`, spelled out: `serde(flatten)` would
+    // lose the spans and defeat `deny_unknown_fields`.
+    timeout_ms: Option<Spanned<u64>>,
+    memory_limit_mib: Option<Spanned<u64>>,
+    on_error: Option<OnError>,
+    mode: Option<Mode>,
     #[serde(default)]
     settings: toml::Table,
 }
@@ -320,7 +324,6 @@ impl PolicyConfig {
                     ));
                 }
             };
-            let l = &p.limits;
             let settings_json = serde_json::to_string(&p.settings).map_err(|e| {
                 invalid(
                     p.id.span(),
@@ -333,21 +336,21 @@ impl PolicyConfig {
                 sha256,
                 hooks: p.hooks.map(|h| h.into_iter().collect()),
                 timeout: Duration::from_millis(ranged(
-                    &l.timeout_ms,
+                    &p.timeout_ms,
                     "timeout_ms",
                     default_timeout,
                     1,
                     MAX_TIMEOUT_MS,
                 )?),
                 memory_limit_bytes: ranged(
-                    &l.memory_limit_mib,
+                    &p.memory_limit_mib,
                     "memory_limit_mib",
                     default_memory,
                     1,
                     MAX_MEMORY_LIMIT_MIB,
                 )? << 20,
-                on_error: l.on_error.or(d.on_error).unwrap_or_default(),
-                mode: l.mode.or(d.mode).unwrap_or_default(),
+                on_error: p.on_error.or(d.on_error).unwrap_or_default(),
+                mode: p.mode.or(d.mode).unwrap_or_default(),
                 settings_json,
             });
         }
