@@ -1,0 +1,94 @@
+//! Turns `wit/policy.wit` into the `export_policy!` macro.
+//!
+//! `wit_bindgen::generate!` must run in the plugin's own crate (its export
+//! macros cannot be combined across crates), and it only takes the WIT as a
+//! string literal. So this script writes a macro with one arm per set of hooks,
+//! each calling `generate!` with the package text inline and a world that
+//! exports exactly those hooks. The WIT is read, never copied by hand.
+
+use std::fmt::Write as _;
+
+const HOOKS: [(&str, &str); 4] = [
+    ("driver_name", "driver-name"),
+    ("versions", "versions"),
+    ("failure", "failure"),
+    ("endpoint", "endpoint"),
+];
+
+fn main() {
+    let manifest = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let wit_path = manifest.join("../../wit/policy.wit");
+    println!("cargo:rerun-if-changed={}", wit_path.display());
+    let mut wit = std::fs::read_to_string(&wit_path).expect("reading wit/policy.wit");
+
+    let mut arms = String::new();
+    for mask in 1u32..16 {
+        let chosen: Vec<_> = HOOKS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, h)| *h)
+            .collect();
+        let world = format!(
+            "sdk-{}",
+            chosen.iter().map(|h| h.1).collect::<Vec<_>>().join("-")
+        );
+        writeln!(
+            wit,
+            "\nworld {world} {{\n  import host-log;\n  export plugin;"
+        )
+        .unwrap();
+        for (_, iface) in &chosen {
+            writeln!(wit, "  export {iface};").unwrap();
+        }
+        wit.push_str("}\n");
+
+        let idents = chosen.iter().map(|h| h.0).collect::<Vec<_>>().join(", ");
+        let glue: String = chosen
+            .iter()
+            .map(|h| format!("$crate::__glue_{}!($ty);\n", h.0))
+            .collect();
+        write!(
+            arms,
+            "    ($ty:ident: {idents}) => {{\n        $crate::__bindings!(\"{world}\");\n        $crate::__glue_plugin!($ty);\n        {glue}        __csi_registrar_policy_bindings::export!($ty with_types_in __csi_registrar_policy_bindings);\n    }};\n"
+        )
+        .unwrap();
+    }
+
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let code = format!(
+        r####"
+/// Exports a type as a policy plugin implementing the listed hooks.
+///
+/// List the hooks in this order: `driver_name`, `versions`, `failure`,
+/// `endpoint`; implement [`Plugin`] and the trait of each listed hook.
+///
+/// ```ignore
+/// csi_registrar_policy::export_policy!(MyPolicy: driver_name, endpoint);
+/// ```
+#[macro_export]
+macro_rules! export_policy {{
+{arms}    ($ty:ident: $($other:tt)*) => {{
+        compile_error!("export_policy!: list one or more hooks, in this order: driver_name, versions, failure, endpoint");
+    }};
+}}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __bindings {{
+    ($world:tt) => {{
+        #[allow(dead_code, clippy::all)]
+        mod __csi_registrar_policy_bindings {{
+            $crate::__rt::wit_bindgen::generate!({{
+                inline: r###"{wit}"###,
+                world: $world,
+                runtime_path: "csi_registrar_policy::__rt::wit_bindgen::rt",
+                generate_all,
+            }});
+        }}
+    }};
+}}
+"####
+    );
+    std::fs::write(out.join("export_macro.rs"), code).unwrap();
+}
