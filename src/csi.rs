@@ -123,12 +123,25 @@ pub async fn get_plugin_info(channel: &Channel, timeout: Duration) -> Result<Plu
     request.set_timeout(timeout);
     let response = tokio::time::timeout(timeout, client.get_plugin_info(request))
         .await
-        .map_err(|_| CsiError::Timeout(timeout))??
+        .map_err(|_| CsiError::Timeout(timeout))?
+        .map_err(|status| {
+            if is_deadline(&status) {
+                CsiError::Timeout(timeout)
+            } else {
+                CsiError::Rpc(status)
+            }
+        })?
         .into_inner();
     Ok(PluginInfo {
         name: response.name,
         vendor_version: response.vendor_version,
     })
+}
+
+/// The client's own deadline (the grpc-timeout we set) or the server's.
+fn is_deadline(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::DeadlineExceeded
+        || (status.code() == tonic::Code::Cancelled && status.message() == "Timeout expired")
 }
 
 /// `Identity/Probe` under `timeout`: Ok when the driver answers and does not

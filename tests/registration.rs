@@ -1,0 +1,542 @@
+//! The registrar binary against a CSI driver stand-in and a kubelet stand-in,
+//! over real unix sockets: the upstream contract, case by case.
+
+mod common;
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::time::Duration;
+
+use common::*;
+use csi_node_driver_registrar::standins::{
+    DriverCall, DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour,
+};
+
+const DRIVER: &str = "hostpath.csi.k8s.io";
+
+#[tokio::test]
+async fn registers_like_upstream_and_cleans_up_on_sigterm() {
+    let sb = Sandbox::new();
+    let mut driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let registrar = Registrar::spawn(&sb, &[]);
+    let socket = sb.socket(DRIVER);
+    assert!(
+        appears(&socket).await,
+        "no socket; log:\n{}",
+        registrar.log_text()
+    );
+    assert_eq!(
+        driver.next_call(PATIENCE).await,
+        Some(DriverCall::GetPluginInfo)
+    );
+
+    let meta = std::fs::metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o700,
+        "owner-only, as under umask 0077"
+    );
+
+    let kubelet = FakeKubelet::default();
+    let attempt = kubelet.register(&socket).await.unwrap();
+    assert_eq!(attempt.info.r#type, "CSIPlugin");
+    assert_eq!(attempt.info.name, DRIVER);
+    assert_eq!(
+        attempt.info.endpoint,
+        sb.csi.display().to_string(),
+        "--kubelet-registration-path verbatim"
+    );
+    assert_eq!(attempt.info.supported_versions, vec!["1.0.0"]);
+    assert_eq!(attempt.node_id.as_deref(), Some("node-1"));
+    assert!(attempt.sent.plugin_registered, "{:?}", attempt.sent);
+    assert_eq!(attempt.notify_replied, Ok(()));
+    assert!(kubelet.is_registered(DRIVER));
+    assert!(registrar.wait_log("kubelet registered the plugin").await);
+
+    assert_eq!(registrar.stop().await, 0);
+    assert!(!socket.exists(), "SIGTERM removes the registration socket");
+}
+
+#[tokio::test]
+async fn sigint_also_removes_the_socket() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let mut registrar = Registrar::spawn(&sb, &[]);
+    assert!(appears(&sb.socket(DRIVER)).await);
+    registrar.signal(libc::SIGINT);
+    assert_eq!(registrar.exit_code().await, 0);
+    assert!(!sb.socket(DRIVER).exists());
+}
+
+#[tokio::test]
+async fn waits_for_a_late_driver() {
+    let sb = Sandbox::new();
+    let registrar = Registrar::spawn(&sb, &[]);
+    assert!(registrar.wait_log("connecting to the CSI driver").await);
+    assert!(!sb.socket(DRIVER).exists());
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    assert!(
+        appears(&sb.socket(DRIVER)).await,
+        "log:\n{}",
+        registrar.log_text()
+    );
+    let attempt = FakeKubelet::default()
+        .register(&sb.socket(DRIVER))
+        .await
+        .unwrap();
+    assert!(attempt.sent.plugin_registered);
+    assert_eq!(registrar.stop().await, 0);
+}
+
+#[tokio::test]
+async fn gives_up_after_driver_wait_timeout() {
+    let sb = Sandbox::new();
+    let mut registrar = Registrar::spawn(&sb, &["--driver-wait-timeout=300ms".into()]);
+    assert_eq!(registrar.exit_code().await, 1);
+    let log = registrar.log_text();
+    assert!(log.contains("did not accept a connection within"), "{log}");
+    assert!(
+        log.contains(&sb.csi.display().to_string()),
+        "names the socket: {log}"
+    );
+}
+
+async fn refused_driver(spec: DriverSpec, expect: &str) {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, spec).await.unwrap();
+    let mut registrar = Registrar::spawn(&sb, &[]);
+    assert_eq!(registrar.exit_code().await, 1);
+    let log = registrar.log_text();
+    assert!(log.contains(expect), "expected {expect:?} in:\n{log}");
+    assert_eq!(
+        std::fs::read_dir(&sb.registry).unwrap().count(),
+        0,
+        "nothing created"
+    );
+}
+
+#[tokio::test]
+async fn empty_driver_name_exits_1() {
+    refused_driver(DriverSpec::named(""), "driver name is empty").await;
+}
+
+#[tokio::test]
+async fn driver_name_breaking_csi_rules_exits_1() {
+    refused_driver(
+        DriverSpec::named("../escape"),
+        "contains '/'; only alphanumerics, '-' and '.' are allowed (CSI naming rule)",
+    )
+    .await;
+    refused_driver(
+        DriverSpec::named(&"x".repeat(64)),
+        "the CSI spec allows at most 63",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn get_plugin_info_error_exits_1() {
+    let mut spec = DriverSpec::named(DRIVER);
+    spec.info_error = Some((
+        tonic::Code::FailedPrecondition,
+        "backend not configured".into(),
+    ));
+    refused_driver(spec, "backend not configured").await;
+}
+
+#[tokio::test]
+async fn slow_get_plugin_info_times_out_with_timeout_flag() {
+    let sb = Sandbox::new();
+    let mut spec = DriverSpec::named(DRIVER);
+    spec.info_delay = Duration::from_secs(30);
+    let _driver = FakeDriver::start(&sb.csi, spec).await.unwrap();
+    let mut registrar = Registrar::spawn(&sb, &["--timeout=200ms".into()]);
+    assert_eq!(registrar.exit_code().await, 1);
+    let log = registrar.log_text();
+    assert!(
+        log.contains("GetPluginInfo did not answer within 200ms"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn kubelet_refusal_gets_a_reply_then_exit_1_and_socket_removed() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let mut registrar = Registrar::spawn(&sb, &[]);
+    let socket = sb.socket(DRIVER);
+    assert!(appears(&socket).await);
+    let kubelet = FakeKubelet::new(KubeletBehaviour {
+        refuse_with: Some("error updating CSINode object: conflict".into()),
+    });
+    let attempt = kubelet.register(&socket).await.unwrap();
+    assert!(!attempt.sent.plugin_registered);
+    assert_eq!(
+        attempt.sent.error,
+        "RegisterPlugin error -- plugin registration failed with err: error updating CSINode object: conflict"
+    );
+    // Upstream exits inside the handler and the kubelet never gets a reply.
+    assert_eq!(
+        attempt.notify_replied,
+        Ok(()),
+        "the registrar replies before acting"
+    );
+    assert_eq!(registrar.exit_code().await, 1);
+    assert!(!socket.exists(), "the socket is removed on the way out");
+    assert!(
+        registrar
+            .log_text()
+            .contains("error updating CSINode object: conflict")
+    );
+}
+
+#[tokio::test]
+async fn kubelet_version_rule_refuses_a_second_same_name_registration() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let mut registrar = Registrar::spawn(&sb, &[]);
+    assert!(appears(&sb.socket(DRIVER)).await);
+    let kubelet = FakeKubelet::default();
+    assert!(
+        kubelet
+            .register(&sb.socket(DRIVER))
+            .await
+            .unwrap()
+            .sent
+            .plugin_registered
+    );
+    // The same kubelet sees the socket again (e.g. a second registrar for the
+    // same driver): ["1.0.0"] is not strictly higher, so it is refused.
+    let again = kubelet.register(&sb.socket(DRIVER)).await.unwrap();
+    assert!(!again.sent.plugin_registered);
+    assert!(
+        again.sent.error.contains("Another driver with the same name is already registered with a higher supported version"),
+        "{}",
+        again.sent.error
+    );
+    assert_eq!(
+        registrar.exit_code().await,
+        1,
+        "the default policy exits on refusal"
+    );
+}
+
+#[tokio::test]
+async fn kubelet_restart_registers_again() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let registrar = Registrar::spawn(&sb, &[]);
+    assert!(appears(&sb.socket(DRIVER)).await);
+    let first = FakeKubelet::default()
+        .register(&sb.socket(DRIVER))
+        .await
+        .unwrap();
+    assert!(first.sent.plugin_registered);
+    // A restarted kubelet has no memory: it walks the directory and calls GetInfo again.
+    let restarted = FakeKubelet::default();
+    let second = restarted.register(&sb.socket(DRIVER)).await.unwrap();
+    assert!(second.sent.plugin_registered);
+    assert_eq!(first.info, second.info);
+    assert!(restarted.is_registered(DRIVER));
+    assert_eq!(registrar.stop().await, 0);
+}
+
+#[tokio::test]
+async fn stale_socket_is_replaced() {
+    let sb = Sandbox::new();
+    let socket = sb.socket(DRIVER);
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap()); // a dead registrar's socket
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let registrar = Registrar::spawn(&sb, &[]);
+    assert!(
+        registrar.wait_log("registration socket ready").await,
+        "{}",
+        registrar.log_text()
+    );
+    assert!(
+        registrar
+            .log_text()
+            .contains("removing stale registration socket")
+    );
+    assert!(
+        FakeKubelet::default()
+            .register(&socket)
+            .await
+            .unwrap()
+            .sent
+            .plugin_registered
+    );
+    assert_eq!(registrar.stop().await, 0);
+}
+
+#[tokio::test]
+async fn non_socket_file_is_never_removed() {
+    let sb = Sandbox::new();
+    let path = sb.socket(DRIVER);
+    std::fs::write(&path, "operator's notes").unwrap();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let mut registrar = Registrar::spawn(&sb, &[]);
+    assert_eq!(registrar.exit_code().await, 1);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "operator's notes");
+    let log = registrar.log_text();
+    assert!(
+        log.contains("is not a socket (it is a regular file); refusing to remove it"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn deleted_socket_is_recreated_and_the_kubelet_registers_again() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let registrar = Registrar::spawn(&sb, &[]);
+    let socket = sb.socket(DRIVER);
+    assert!(appears(&socket).await);
+    let kubelet = FakeKubelet::default();
+    assert!(
+        kubelet
+            .register(&socket)
+            .await
+            .unwrap()
+            .sent
+            .plugin_registered
+    );
+    // Someone deletes it (a surge rollout's old pod, an operator): the kubelet deregisters.
+    std::fs::remove_file(&socket).unwrap();
+    kubelet.deregister(DRIVER);
+    assert!(
+        appears(&socket).await,
+        "re-created; log:\n{}",
+        registrar.log_text()
+    );
+    assert!(
+        kubelet
+            .register(&socket)
+            .await
+            .unwrap()
+            .sent
+            .plugin_registered
+    );
+    assert!(
+        registrar
+            .log_text()
+            .contains("registration socket was deleted; re-creating it")
+    );
+    assert_eq!(registrar.stop().await, 0);
+}
+
+#[tokio::test]
+async fn a_newer_instances_socket_survives_our_exit() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let old = Registrar::spawn(&sb, &[]);
+    let socket = sb.socket(DRIVER);
+    assert!(appears(&socket).await);
+    // A surge rollout: the new pod's registrar replaces the socket.
+    let new = Registrar::spawn(&sb, &[]);
+    assert!(
+        new.wait_log("removing stale registration socket").await,
+        "{}",
+        new.log_text()
+    );
+    assert!(new.wait_log("registration socket ready").await);
+    assert!(
+        old.wait_log("replaced by another file").await,
+        "{}",
+        old.log_text()
+    );
+    assert_eq!(old.stop().await, 0);
+    assert!(
+        socket.exists(),
+        "the old instance must not delete the new one's socket"
+    );
+    assert!(
+        FakeKubelet::default()
+            .register(&socket)
+            .await
+            .unwrap()
+            .sent
+            .plugin_registered
+    );
+    assert_eq!(new.stop().await, 0);
+    assert!(!socket.exists());
+}
+
+#[tokio::test]
+async fn healthz_and_readyz_follow_the_registration() {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let registrar = Registrar::spawn(&sb, &[format!("--http-endpoint=127.0.0.1:{port}")]);
+    // No driver yet: alive, not ready.
+    assert_eq!(
+        http_until(port, "/healthz", 200).await,
+        Some((200, "ok: waiting for the CSI driver".into()))
+    );
+    assert_eq!(
+        http_get(port, "/readyz").await,
+        Some((503, "waiting for the CSI driver".into()))
+    );
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    assert!(appears(&sb.socket(DRIVER)).await);
+    assert_eq!(
+        http_until(port, "/healthz", 200).await,
+        Some((200, "ok".into()))
+    );
+    assert_eq!(
+        http_until(port, "/readyz", 503).await,
+        Some((503, "waiting for the kubelet to register the plugin".into()))
+    );
+    assert!(
+        FakeKubelet::default()
+            .register(&sb.socket(DRIVER))
+            .await
+            .unwrap()
+            .sent
+            .plugin_registered
+    );
+    assert_eq!(
+        http_until(port, "/readyz", 200).await,
+        Some((200, "ok".into()))
+    );
+    let (code, metrics) = http_get(port, "/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(metrics.contains("csi_registrar_registered 1"), "{metrics}");
+    assert!(
+        metrics.contains("csi_registrar_kubelet_notifications_total{registered=\"true\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("csi_registrar_get_info_requests_total"),
+        "{metrics}"
+    );
+    assert_eq!(registrar.stop().await, 0);
+}
+
+#[tokio::test]
+async fn health_port_is_the_deprecated_spelling() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let port = free_port();
+    let registrar = Registrar::spawn(&sb, &[format!("-health-port={port}")]);
+    assert!(appears(&sb.socket(DRIVER)).await);
+    assert_eq!(
+        http_until(port, "/healthz", 200).await,
+        Some((200, "ok".into()))
+    );
+    assert_eq!(registrar.stop().await, 0);
+}
+
+#[tokio::test]
+async fn json_logs_when_asked() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let registrar = Registrar::spawn(&sb, &["--logging-format=json".into()]);
+    assert!(registrar.wait_log("registration socket ready").await);
+    let log = registrar.log_text();
+    assert_eq!(registrar.stop().await, 0);
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let ready = lines
+        .iter()
+        .find(|l| l["message"] == "registration socket ready; waiting for the kubelet")
+        .expect("the ready line");
+    assert_eq!(ready["level"], "INFO");
+    assert_eq!(ready["socket"], sb.socket(DRIVER).display().to_string());
+}
+
+async fn run_flags(args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(BIN)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn flag_errors_and_exit_codes() {
+    let (code, _, err) = run_flags(&["--no-such-flag"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--no-such-flag") && err.contains("Usage"),
+        "{err}"
+    );
+
+    let (code, _, err) = run_flags(&["-timeout=soon", "--kubelet-registration-path=/x"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("invalid duration \"soon\""), "{err}");
+
+    let (code, _, err) = run_flags(&[]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("kubelet-registration-path is a required parameter"),
+        "{err}"
+    );
+
+    let (code, _, err) = run_flags(&[
+        "--kubelet-registration-path=/x",
+        "--health-port=9809",
+        "--http-endpoint=:9810",
+    ])
+    .await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("only one of `--health-port` and `--http-endpoint` can be set"),
+        "{err}"
+    );
+
+    let (code, out, _) = run_flags(&["--version"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(out, format!("{BIN} {}\n", env!("CARGO_PKG_VERSION")));
+
+    let (code, out, _) = run_flags(&["-help"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("--kubelet-registration-path"), "{out}");
+}
+
+#[tokio::test]
+async fn probe_mode_exits_0_at_once() {
+    // No driver, no registry: the probe mode must not touch either.
+    let (code, _, err) = run_flags(&[
+        "--mode=kubelet-registration-probe",
+        "--kubelet-registration-path=/x",
+        "--csi-address=/nonexistent",
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    // The required-flag check comes first.
+    let (code, _, _) = run_flags(&["-mode=kubelet-registration-probe"]).await;
+    assert_eq!(code, 1);
+}
