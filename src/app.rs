@@ -261,11 +261,15 @@ pub async fn run_with(
     );
 
     let path = socket_path(&config.plugin_registration_path, &registration.name);
-    let mut socket = Some(Listening::start(path.clone(), &conn_tx)?);
-    metrics.socket_created("startup");
+    let listen = |reason: &'static str| -> Result<Listening, AppError> {
+        let listening = Listening::start(path.clone(), &conn_tx)?;
+        metrics.socket_created(reason);
+        status.set_phase(Phase::WaitingForKubelet);
+        tracing::info!(socket = %path.display(), reason, "registration socket ready; waiting for the kubelet");
+        Ok(listening)
+    };
     status.set_socket(path.clone(), registration.name.clone());
-    status.set_phase(Phase::WaitingForKubelet);
-    tracing::info!(socket = %path.display(), "registration socket ready; waiting for the kubelet");
+    let mut socket = Some(listen("startup")?);
 
     let mut streak: Option<(u32, Instant)> = None;
     let mut reconcile = tokio::time::interval(RECONCILE_EVERY);
@@ -304,9 +308,7 @@ pub async fn run_with(
                             () = tokio::time::sleep(delay) => {}
                             () = &mut shutdown => break 0,
                         }
-                        socket = Some(Listening::start(path.clone(), &conn_tx)?);
-                        metrics.socket_created("retry");
-                        status.set_phase(Phase::WaitingForKubelet);
+                        socket = Some(listen("retry")?);
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "failure policy failed; exiting with code 1");
@@ -321,9 +323,7 @@ pub async fn run_with(
                     SocketState::Missing => {
                         tracing::warn!(socket = %path.display(), "registration socket was deleted; re-creating it so the kubelet registers again");
                         drop(socket.take());
-                        socket = Some(Listening::start(path.clone(), &conn_tx)?);
-                        metrics.socket_created("deleted");
-                        status.set_phase(Phase::WaitingForKubelet);
+                        socket = Some(listen("deleted")?);
                     }
                     SocketState::Replaced if !warned_replaced => {
                         warned_replaced = true;
@@ -337,6 +337,7 @@ pub async fn run_with(
 
     // Let in-flight kubelet calls (the NotifyRegistrationStatus that led here) get their reply.
     let _ = stop_server.send(());
+    drop(listen);
     drop(conn_tx);
     if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
         tracing::warn!(grace = ?SHUTDOWN_GRACE, "kubelet calls still running after the grace period; stopping anyway");

@@ -79,6 +79,16 @@ pub struct Chain {
     metrics: Arc<Metrics>,
 }
 
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chain")
+            .field("plugins", &self.plugin_ids())
+            .field("min_retry", &self.min_retry)
+            .field("max_retry", &self.max_retry)
+            .finish()
+    }
+}
+
 impl Chain {
     pub fn new(
         plugins: Vec<Box<dyn PluginHooks>>,
