@@ -337,7 +337,6 @@ pub async fn run_with(
 
     // Let in-flight kubelet calls (the NotifyRegistrationStatus that led here) get their reply.
     let _ = stop_server.send(());
-    drop(listen);
     drop(conn_tx);
     if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
         tracing::warn!(grace = ?SHUTDOWN_GRACE, "kubelet calls still running after the grace period; stopping anyway");
