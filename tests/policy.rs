@@ -1,3 +1,4 @@
+#![cfg(feature = "wasm")]
 //! Policy plugins: real components built from `plugins/` (and, for malformed
 //! inputs, written as WAT) loaded into the real host, in-process and through
 //! the registrar binary as the kubelet stand-in sees it.
