@@ -3,7 +3,9 @@
 //! once, which crash-loops the pod on kubelet-side problems); give up with
 //! `exit_code` after `max_attempts` refusals in a row.
 
-use csi_registrar_policy::{Context, Failure, FailureAction, Level, Plugin, RegistrationFailure, log};
+use csi_registrar_policy::{
+    Context, Failure, FailureAction, Level, Plugin, RegistrationFailure, log,
+};
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -47,16 +49,25 @@ impl Plugin for RetryBackoff {
 }
 
 impl Failure for RetryBackoff {
-    fn on_registration_failure(ctx: &Context<Settings>, f: &RegistrationFailure) -> Result<FailureAction, String> {
+    fn on_registration_failure(
+        ctx: &Context<Settings>,
+        f: &RegistrationFailure,
+    ) -> Result<FailureAction, String> {
         let s = &ctx.settings;
         if s.max_attempts > 0 && f.attempt >= s.max_attempts {
-            log(Level::Warn, &format!("giving up after {} refusals: {}", f.attempt, f.error));
+            log(
+                Level::Warn,
+                &format!("giving up after {} refusals: {}", f.attempt, f.error),
+            );
             return Ok(FailureAction::Exit(s.exit_code));
         }
         let exp = f.attempt.saturating_sub(1).min(31);
         let delay = u64::from(s.initial_delay_ms) * u64::from(s.factor).saturating_pow(exp);
         let delay_ms = delay.min(u64::from(s.max_delay_ms)) as u32;
-        log(Level::Info, &format!("refusal {}: retrying in {delay_ms} ms", f.attempt));
+        log(
+            Level::Info,
+            &format!("refusal {}: retrying in {delay_ms} ms", f.attempt),
+        );
         Ok(FailureAction::Retry { delay_ms })
     }
 }

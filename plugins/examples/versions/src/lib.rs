@@ -29,7 +29,10 @@ impl Plugin for ChooseVersions {
 }
 
 impl Versions for ChooseVersions {
-    fn supported_versions(ctx: &Context<Settings>, _current: Vec<String>) -> Result<Vec<String>, String> {
+    fn supported_versions(
+        ctx: &Context<Settings>,
+        _current: Vec<String>,
+    ) -> Result<Vec<String>, String> {
         Ok(ctx.settings.versions.clone())
     }
 }
