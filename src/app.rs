@@ -13,7 +13,8 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Server;
+use tokio_stream::{Stream, StreamExt};
+use tonic::transport::{Channel, Server};
 
 use crate::cli::{Flags, MODE_REGISTRATION_PROBE};
 use crate::health::{self, Phase, Status};
@@ -43,6 +44,8 @@ pub struct Config {
     pub http_endpoint: Option<String>,
     /// `None`: wait for the driver forever.
     pub driver_wait: Option<Duration>,
+    /// How often the driver is probed after registration (`None`: never).
+    pub probe_interval: Option<Duration>,
     pub node_name: String,
     pub policy_config: Option<PathBuf>,
 }
@@ -130,6 +133,8 @@ impl Config {
             http_endpoint,
             driver_wait: (!flags.driver_wait_timeout.is_zero())
                 .then_some(flags.driver_wait_timeout),
+            probe_interval: (!flags.driver_probe_interval.is_zero())
+                .then_some(flags.driver_probe_interval),
             node_name,
             policy_config: (!flags.policy_config.is_empty())
                 .then(|| PathBuf::from(&flags.policy_config)),
@@ -184,18 +189,26 @@ pub fn load_policy(config: &Config, metrics: &Arc<Metrics>) -> Result<Arc<dyn Po
     }
 }
 
-/// Runs the registrar until `shutdown` resolves or the policy decides to exit.
-/// Returns the exit code.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<u8, AppError> {
+/// How long to wait between GetPluginInfo attempts, at most.
+const INFO_BACKOFF_CAP: Duration = Duration::from_secs(5);
+
+/// Runs the registrar until `shutdown` resolves or the policy decides to exit;
+/// each item of `reloads` re-reads the policy. Returns the exit code.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+    reloads: impl Stream<Item = ()> + Unpin,
+) -> Result<u8, AppError> {
     let metrics = Arc::new(Metrics::new());
     let status = Arc::new(Status::default());
-    run_with(config, shutdown, metrics, status).await
+    run_with(config, shutdown, reloads, metrics, status).await
 }
 
 /// [`run`] with the metrics and status supplied by the caller (the demo reads them).
 pub async fn run_with(
     config: Config,
     shutdown: impl Future<Output = ()>,
+    mut reloads: impl Stream<Item = ()> + Unpin,
     metrics: Arc<Metrics>,
     status: Arc<Status>,
 ) -> Result<u8, AppError> {
@@ -215,66 +228,45 @@ pub async fn run_with(
         None => None,
     };
 
-    let policy = {
-        let config = config.clone();
-        let metrics = metrics.clone();
-        tokio::task::spawn_blocking(move || load_policy(&config, &metrics))
-            .await
-            .expect("policy loading panicked")?
-    };
+    let mut policy = load_policy_blocking(&config, &metrics).await?;
 
-    let channel = tokio::select! {
-        c = csi::connect(&config.csi_socket, config.driver_wait) => c?,
+    let deadline = config.driver_wait.map(|w| Instant::now() + w);
+    let (channel, info) = tokio::select! {
+        found = discover(&config, deadline) => found?,
         () = &mut shutdown => return Ok(0),
     };
-    let info = csi::get_plugin_info(&channel, config.timeout).await?;
-    if info.name.is_empty() {
-        return Err(AppError::EmptyDriverName);
-    }
-    validate::driver_name(&info.name)?;
-    tracing::info!(driver = %info.name, version = %info.vendor_version, "CSI driver name");
-
-    let ctx = Context {
-        node_name: config.node_name.clone(),
-        driver_name: info.name.clone(),
-        driver_version: info.vendor_version.clone(),
-        csi_address: config.csi_address.clone(),
-        kubelet_registration_path: config.kubelet_registration_path.clone(),
-        plugin_registration_path: config.plugin_registration_path.display().to_string(),
-    };
-    let registration = decide(&policy, &ctx).await?;
-    if let Err(e) = validate::endpoint(&registration.endpoint) {
-        // Upstream advertises --kubelet-registration-path verbatim; keep doing so, but say why the kubelet may fail.
-        tracing::warn!(error = %e, "the advertised endpoint looks unusable for the kubelet");
-    }
+    let mut ctx = context(&config, &info);
+    let mut current = decide(&policy, &ctx).await?;
 
     let (verdict_tx, mut verdicts) = mpsc::unbounded_channel();
-    let service = RegistrationService::new(&registration, verdict_tx, metrics.clone());
+    let service = RegistrationService::new(&current, verdict_tx, metrics.clone());
     let (conn_tx, conn_rx) = mpsc::channel::<std::io::Result<UnixStream>>(16);
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(
         Server::builder()
-            .add_service(RegistrationServer::new(service))
+            .add_service(RegistrationServer::new(service.clone()))
             .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), async {
                 let _ = server_stopped.await;
             }),
     );
 
-    let path = socket_path(&config.plugin_registration_path, &registration.name);
-    let listen = |reason: &'static str| -> Result<Listening, AppError> {
-        let listening = Listening::start(path.clone(), &conn_tx)?;
-        metrics.socket_created(reason);
-        status.set_phase(Phase::WaitingForKubelet);
-        tracing::info!(socket = %path.display(), reason, "registration socket ready; waiting for the kubelet");
-        Ok(listening)
+    let mut slot = Slot {
+        dir: config.plugin_registration_path.clone(),
+        conns: conn_tx,
+        metrics: metrics.clone(),
+        phase: PhaseTracker::new(status.clone()),
+        current: None,
+        warned_replaced: false,
     };
-    status.set_socket(path.clone(), registration.name.clone());
-    let mut socket = Some(listen("startup")?);
+    slot.listen(&current.name, "startup")?;
 
     let mut streak: Option<(u32, Instant)> = None;
     let mut reconcile = tokio::time::interval(RECONCILE_EVERY);
     reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut warned_replaced = false;
+    let mut probe =
+        tokio::time::interval(config.probe_interval.unwrap_or(Duration::from_secs(3600)));
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    probe.reset();
     let code = loop {
         tokio::select! {
             () = &mut shutdown => break 0,
@@ -282,10 +274,10 @@ pub async fn run_with(
                 metrics.set_registered(registered);
                 if registered {
                     streak = None;
-                    status.set_phase(Phase::Registered);
+                    slot.phase.kubelet(Phase::Registered);
                     continue;
                 }
-                status.set_phase(Phase::Rejected(error.clone()));
+                slot.phase.kubelet(Phase::Rejected(error.clone()));
                 let (attempt, since) = streak.map_or((1, Instant::now()), |(n, t)| (n + 1, t));
                 streak = Some((attempt, since));
                 let failure = Failure { error, attempt, elapsed: since.elapsed() };
@@ -303,12 +295,12 @@ pub async fn run_with(
                     Ok(FailureAction::Ignore) => tracing::warn!("registration refused; the failure policy ignores it"),
                     Ok(FailureAction::Retry(delay)) => {
                         tracing::warn!(?delay, attempt, "registration refused; re-creating the registration socket after a delay");
-                        drop(socket.take()); // removes the socket: the kubelet deregisters it
+                        slot.close(); // the kubelet deregisters the plugin
                         tokio::select! {
                             () = tokio::time::sleep(delay) => {}
                             () = &mut shutdown => break 0,
                         }
-                        socket = Some(listen("retry")?);
+                        slot.listen(&current.name, "retry")?;
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "failure policy failed; exiting with code 1");
@@ -316,20 +308,64 @@ pub async fn run_with(
                     }
                 }
             }
-            _ = reconcile.tick() => {
-                let Some(current) = &socket else { continue };
-                match current.socket.state() {
-                    SocketState::Ours => warned_replaced = false,
-                    SocketState::Missing => {
-                        tracing::warn!(socket = %path.display(), "registration socket was deleted; re-creating it so the kubelet registers again");
-                        drop(socket.take());
-                        socket = Some(listen("deleted")?);
+            _ = reconcile.tick() => slot.reconcile(&current.name)?,
+            _ = probe.tick(), if config.probe_interval.is_some() => {
+                let answer = match csi::probe(&channel, config.timeout).await {
+                    Ok(()) => csi::get_plugin_info(&channel, config.timeout).await,
+                    Err(e) => Err(e),
+                };
+                match answer {
+                    Err(e) => {
+                        if !slot.phase.driver_down(Some(e.to_string())) {
+                            tracing::warn!(error = %e, "the CSI driver does not answer; still advertising the registration");
+                        }
                     }
-                    SocketState::Replaced if !warned_replaced => {
-                        warned_replaced = true;
-                        tracing::warn!(socket = %path.display(), "registration socket was replaced by another file (a newer instance?); leaving it alone");
+                    Ok(now) => {
+                        if slot.phase.driver_down(None) {
+                            metrics.driver_reconnected();
+                            tracing::info!(driver = %now.name, version = %now.vendor_version, "the CSI driver answers again");
+                        }
+                        if now.name != ctx.driver_name || now.vendor_version != ctx.driver_version {
+                            tracing::info!(
+                                from = %ctx.driver_name, from_version = %ctx.driver_version,
+                                to = %now.name, to_version = %now.vendor_version,
+                                "the CSI driver changed; registering anew"
+                            );
+                            check_driver_name(&now.name)?;
+                            ctx = context(&config, &now);
+                            let next = decide(&policy, &ctx).await?;
+                            service.set_registration(&next);
+                            slot.listen(&next.name, "driver-changed")?;
+                            current = next;
+                        }
                     }
-                    SocketState::Replaced => {}
+                }
+            }
+            Some(()) = reloads.next() => {
+                let Some(file) = &config.policy_config else {
+                    tracing::info!("SIGHUP: no --policy-config to reload");
+                    continue;
+                };
+                tracing::info!(file = %file.display(), "SIGHUP: reloading the policy");
+                let reloaded = match load_policy_blocking(&config, &metrics).await {
+                    Ok(p) => decide(&p, &ctx).await.map(|r| (p, r)),
+                    Err(e) => Err(e),
+                };
+                match reloaded {
+                    Err(e) => {
+                        metrics.policy_reload(false);
+                        tracing::error!(error = %e, "policy reload failed; keeping the last good policy");
+                    }
+                    Ok((p, next)) => {
+                        metrics.policy_reload(true);
+                        policy = p;
+                        if next != current {
+                            service.set_registration(&next);
+                            slot.listen(&next.name, "policy-reloaded")?;
+                            current = next;
+                        }
+                        tracing::info!("policy reloaded");
+                    }
                 }
             }
         }
@@ -337,12 +373,65 @@ pub async fn run_with(
 
     // Let in-flight kubelet calls (the NotifyRegistrationStatus that led here) get their reply.
     let _ = stop_server.send(());
-    drop(conn_tx);
     if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
         tracing::warn!(grace = ?SHUTDOWN_GRACE, "kubelet calls still running after the grace period; stopping anyway");
     }
-    drop(socket);
+    slot.close();
     Ok(code)
+}
+
+async fn load_policy_blocking(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<dyn Policy>, AppError> {
+    let (config, metrics) = (config.clone(), metrics.clone());
+    tokio::task::spawn_blocking(move || load_policy(&config, &metrics))
+        .await
+        .expect("policy loading panicked")
+}
+
+fn check_driver_name(name: &str) -> Result<(), AppError> {
+    if name.is_empty() {
+        return Err(AppError::EmptyDriverName);
+    }
+    Ok(validate::driver_name(name)?)
+}
+
+/// Connects to the driver and asks its name, retrying with backoff until
+/// `deadline` (`None`: forever). A name that breaks the rules is final.
+async fn discover(
+    config: &Config,
+    deadline: Option<Instant>,
+) -> Result<(Channel, csi::PluginInfo), AppError> {
+    let remaining = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let channel = csi::connect(&config.csi_socket, remaining()).await?;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match csi::get_plugin_info(&channel, config.timeout).await {
+            Ok(info) => {
+                check_driver_name(&info.name)?;
+                tracing::info!(driver = %info.name, version = %info.vendor_version, "CSI driver name");
+                return Ok((channel, info));
+            }
+            Err(e) if remaining().is_some_and(|r| r.is_zero()) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "GetPluginInfo failed; retrying");
+                tokio::time::sleep(remaining().map_or(backoff, |r| r.min(backoff))).await;
+                backoff = (backoff * 2).min(INFO_BACKOFF_CAP);
+            }
+        }
+    }
+}
+
+fn context(config: &Config, info: &csi::PluginInfo) -> Context {
+    Context {
+        node_name: config.node_name.clone(),
+        driver_name: info.name.clone(),
+        driver_version: info.vendor_version.clone(),
+        csi_address: config.csi_address.clone(),
+        kubelet_registration_path: config.kubelet_registration_path.clone(),
+        plugin_registration_path: config.plugin_registration_path.display().to_string(),
+    }
 }
 
 async fn decide(policy: &Arc<dyn Policy>, ctx: &Context) -> Result<Registration, AppError> {
@@ -351,7 +440,98 @@ async fn decide(policy: &Arc<dyn Policy>, ctx: &Context) -> Result<Registration,
         .await
         .expect("policy panicked")?;
     tracing::info!(name = %registration.name, endpoint = %registration.endpoint, versions = ?registration.supported_versions, "registration decided");
+    if let Err(e) = validate::endpoint(&registration.endpoint) {
+        // Upstream advertises --kubelet-registration-path verbatim; keep doing so, but say why the kubelet may fail.
+        tracing::warn!(error = %e, "the advertised endpoint looks unusable for the kubelet");
+    }
     Ok(registration)
+}
+
+/// What `/readyz` shows: the kubelet's side, unless the driver is away.
+struct PhaseTracker {
+    status: Arc<Status>,
+    kubelet: Phase,
+    driver_down: Option<String>,
+}
+
+impl PhaseTracker {
+    fn new(status: Arc<Status>) -> Self {
+        PhaseTracker {
+            status,
+            kubelet: Phase::WaitingForKubelet,
+            driver_down: None,
+        }
+    }
+
+    fn kubelet(&mut self, phase: Phase) {
+        self.kubelet = phase;
+        self.publish();
+    }
+
+    /// Records whether the driver answers; returns whether it was already down.
+    fn driver_down(&mut self, error: Option<String>) -> bool {
+        let was_down = self.driver_down.is_some();
+        self.driver_down = error;
+        self.publish();
+        was_down
+    }
+
+    fn publish(&self) {
+        self.status.set_phase(match &self.driver_down {
+            Some(e) => Phase::DriverUnreachable(e.clone()),
+            None => self.kubelet.clone(),
+        });
+    }
+}
+
+/// The registration socket: where it is, and the only code that creates,
+/// re-creates or removes it.
+struct Slot {
+    dir: PathBuf,
+    conns: mpsc::Sender<std::io::Result<UnixStream>>,
+    metrics: Arc<Metrics>,
+    phase: PhaseTracker,
+    current: Option<Listening>,
+    warned_replaced: bool,
+}
+
+impl Slot {
+    /// (Re)creates `<dir>/<name>-reg.sock`, removing the previous socket first.
+    fn listen(&mut self, name: &str, reason: &'static str) -> Result<(), AppError> {
+        self.close();
+        let path = socket_path(&self.dir, name);
+        self.current = Some(Listening::start(path.clone(), &self.conns)?);
+        self.metrics.socket_created(reason);
+        self.phase.status.set_socket(path.clone(), name.to_owned());
+        self.phase.kubelet(Phase::WaitingForKubelet);
+        tracing::info!(socket = %path.display(), reason, "registration socket ready; waiting for the kubelet");
+        Ok(())
+    }
+
+    /// Removes the socket (if it is still ours): the kubelet deregisters.
+    fn close(&mut self) {
+        self.current = None;
+    }
+
+    /// Re-creates the socket if someone deleted it; leaves a newer instance's alone.
+    fn reconcile(&mut self, name: &str) -> Result<(), AppError> {
+        let Some(current) = &self.current else {
+            return Ok(());
+        };
+        match current.socket.state() {
+            SocketState::Ours => self.warned_replaced = false,
+            SocketState::Missing => {
+                tracing::warn!(socket = %current.socket.path().display(), "registration socket was deleted; re-creating it so the kubelet registers again");
+                self.listen(name, "deleted")?;
+            }
+            SocketState::Replaced if !self.warned_replaced => {
+                self.warned_replaced = true;
+                tracing::warn!(socket = %current.socket.path().display(), "registration socket was replaced by another file (a newer instance?); leaving it alone");
+            }
+            SocketState::Replaced => {}
+        }
+        Ok(())
+    }
 }
 
 /// A bound registration socket and the task feeding its connections to the server.
@@ -359,7 +539,6 @@ struct Listening {
     socket: RegistrationSocket,
     _accept: AbortOnDrop,
 }
-
 impl Listening {
     fn start(
         path: PathBuf,

@@ -84,6 +84,11 @@ pub struct Flags {
     #[arg(long = "driver-wait-timeout", default_value = "0s", value_parser = parse_go_duration)]
     pub driver_wait_timeout: Duration,
 
+    /// How often the driver is probed once registered (Go duration; 0: never). When it
+    /// comes back under another name or version, the registrar registers anew.
+    #[arg(long = "driver-probe-interval", default_value = "10s", value_parser = parse_go_duration)]
+    pub driver_probe_interval: Duration,
+
     /// Arguments after the flags. Go's flag package stops at the first one and the
     /// upstream registrar ignores them; they are logged and ignored here too.
     #[arg(hide = true)]

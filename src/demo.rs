@@ -45,6 +45,7 @@ pub async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
         timeout: Duration::from_secs(1),
         http_endpoint: None,
         driver_wait: Some(Duration::from_secs(10)),
+        probe_interval: None,
         node_name: "demo-node".into(),
         policy_config: policy,
     };
@@ -56,6 +57,7 @@ pub async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
         async {
             let _ = stopped.await;
         },
+        tokio_stream::pending(),
         metrics.clone(),
         status.clone(),
     ));

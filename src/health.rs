@@ -24,6 +24,8 @@ pub enum Phase {
     Registered,
     /// The kubelet refused; the failure policy is handling it.
     Rejected(String),
+    /// The driver stopped answering Probe after it was registered.
+    DriverUnreachable(String),
 }
 
 /// What the HTTP handlers read; the composition root writes it.
@@ -155,6 +157,10 @@ async fn readyz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
         Phase::Rejected(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("kubelet refused the registration: {e}"),
+        ),
+        Phase::DriverUnreachable(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the CSI driver does not answer: {e}"),
         ),
     }
 }

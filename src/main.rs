@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use csi_node_driver_registrar::{VERSION, app, cli, logging, signal, tools};
+use csi_node_driver_registrar::{VERSION, app, cli, logging, registration, signal, tools};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -24,6 +24,13 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     logging::init(flags.verbosity, flags.logging_format == "json");
+    // Release builds abort on panic without running destructors: remove the
+    // registration socket here so the kubelet is not left dialing a dead one.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        registration::socket::remove_live_sockets();
+    }));
     tracing::info!(version = VERSION, "csi-node-driver-registrar starting");
 
     let node_name = std::env::var("KUBE_NODE_NAME").unwrap_or_default();
@@ -40,7 +47,8 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("building the tokio runtime");
-    match runtime.block_on(app::run(config, signal::shutdown())) {
+    match runtime.block_on(async { app::run(config, signal::shutdown(), signal::reloads()).await })
+    {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             tracing::error!("{e}");

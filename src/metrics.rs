@@ -21,6 +21,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
     plugin: String,
     hook: String,
@@ -41,6 +46,7 @@ pub struct Metrics {
     get_info: Counter,
     socket_creations: Family<ReasonLabels, Counter>,
     driver_reconnects: Counter,
+    policy_reloads: Family<OutcomeLabels, Counter>,
     plugin_calls: Family<CallLabels, Counter>,
     plugin_call_seconds: Family<HookLabels, Histogram>,
 }
@@ -75,7 +81,7 @@ impl Metrics {
         let socket_creations = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "registration_socket_creations",
-            "Registration sockets created, by reason (startup, retry, deleted, driver-changed)",
+            "Registration sockets created, by reason (startup, retry, deleted, driver-changed, policy-reloaded)",
             socket_creations.clone(),
         );
         let driver_reconnects = Counter::default();
@@ -83,6 +89,12 @@ impl Metrics {
             "driver_reconnects",
             "Times the CSI driver came back after being unreachable",
             driver_reconnects.clone(),
+        );
+        let policy_reloads = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "policy_reloads",
+            "Policy reloads (SIGHUP) by outcome (ok, error)",
+            policy_reloads.clone(),
         );
         let plugin_calls = Family::<CallLabels, Counter>::default();
         registry.register(
@@ -105,6 +117,7 @@ impl Metrics {
             get_info,
             socket_creations,
             driver_reconnects,
+            policy_reloads,
             plugin_calls,
             plugin_call_seconds,
         }
@@ -136,6 +149,14 @@ impl Metrics {
 
     pub fn driver_reconnected(&self) {
         self.driver_reconnects.inc();
+    }
+
+    pub fn policy_reload(&self, ok: bool) {
+        self.policy_reloads
+            .get_or_create(&OutcomeLabels {
+                outcome: if ok { "ok" } else { "error" }.to_owned(),
+            })
+            .inc();
     }
 
     pub fn plugin_call(&self, plugin: &str, hook: &str, outcome: &str, took: Duration) {

@@ -36,6 +36,8 @@ pub struct DriverSpec {
     pub info_error: Option<(tonic::Code, String)>,
     /// Wait this long before answering `GetPluginInfo`.
     pub info_delay: Duration,
+    /// Fail this many `GetPluginInfo` calls (Unavailable) before answering.
+    pub info_failures: u32,
 }
 
 impl DriverSpec {
@@ -46,6 +48,7 @@ impl DriverSpec {
             node_id: "node-1".to_owned(),
             info_error: None,
             info_delay: Duration::ZERO,
+            info_failures: 0,
         }
     }
 }
@@ -62,6 +65,7 @@ pub enum DriverCall {
 struct DriverService {
     spec: Arc<DriverSpec>,
     calls: mpsc::UnboundedSender<DriverCall>,
+    info_calls: Arc<std::sync::atomic::AtomicU32>,
 }
 
 #[tonic::async_trait]
@@ -72,6 +76,16 @@ impl Identity for DriverService {
     ) -> Result<Response<GetPluginInfoResponse>, Status> {
         let _ = self.calls.send(DriverCall::GetPluginInfo);
         tokio::time::sleep(self.spec.info_delay).await;
+        let n = self
+            .info_calls
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n < self.spec.info_failures {
+            return Err(Status::unavailable(format!(
+                "still initializing ({} of {})",
+                n + 1,
+                self.spec.info_failures
+            )));
+        }
         if let Some((code, msg)) = &self.spec.info_error {
             return Err(Status::new(*code, msg.clone()));
         }
@@ -125,6 +139,7 @@ impl FakeDriver {
         let service = DriverService {
             spec: Arc::new(spec),
             calls: tx,
+            info_calls: Arc::default(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {

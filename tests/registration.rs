@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use csi_node_driver_registrar::standins::{
-    DriverCall, DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour,
+    DriverCall, DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour, wait_until,
 };
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
@@ -107,10 +107,12 @@ async fn gives_up_after_driver_wait_timeout() {
     );
 }
 
+/// A driver whose answer is final (a bad name), or that keeps failing until
+/// the wait deadline: exit 1, nothing created.
 async fn refused_driver(spec: DriverSpec, expect: &str) {
     let sb = Sandbox::new();
     let _driver = FakeDriver::start(&sb.csi, spec).await.unwrap();
-    let mut registrar = Registrar::spawn(&sb, &[]);
+    let mut registrar = Registrar::spawn(&sb, &["--driver-wait-timeout=500ms".into()]);
     assert_eq!(registrar.exit_code().await, 1);
     let log = registrar.log_text();
     assert!(log.contains(expect), "expected {expect:?} in:\n{log}");
@@ -156,13 +158,130 @@ async fn slow_get_plugin_info_times_out_with_timeout_flag() {
     let mut spec = DriverSpec::named(DRIVER);
     spec.info_delay = Duration::from_secs(30);
     let _driver = FakeDriver::start(&sb.csi, spec).await.unwrap();
-    let mut registrar = Registrar::spawn(&sb, &["--timeout=200ms".into()]);
+    let mut registrar = Registrar::spawn(
+        &sb,
+        &[
+            "--timeout=200ms".into(),
+            "--driver-wait-timeout=300ms".into(),
+        ],
+    );
     assert_eq!(registrar.exit_code().await, 1);
     let log = registrar.log_text();
     assert!(
         log.contains("GetPluginInfo did not answer within 200ms"),
         "{log}"
     );
+}
+
+#[tokio::test]
+async fn get_plugin_info_is_retried_until_the_driver_is_ready() {
+    let sb = Sandbox::new();
+    let mut spec = DriverSpec::named(DRIVER);
+    spec.info_failures = 2;
+    let _driver = FakeDriver::start(&sb.csi, spec).await.unwrap();
+    // Upstream makes one attempt and exits 1.
+    let registrar = Registrar::spawn(&sb, &[]);
+    assert!(
+        appears(&sb.socket(DRIVER)).await,
+        "log:\n{}",
+        registrar.log_text()
+    );
+    let log = registrar.log_text();
+    assert_eq!(
+        log.matches("GetPluginInfo failed; retrying").count(),
+        2,
+        "{log}"
+    );
+    assert!(log.contains("still initializing (2 of 2)"), "{log}");
+    assert_eq!(registrar.stop().await, 0);
+}
+
+#[tokio::test]
+async fn a_driver_back_under_another_name_is_registered_anew() {
+    let sb = Sandbox::new();
+    let driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let port = free_port();
+    let registrar = Registrar::spawn(
+        &sb,
+        &[
+            "--driver-probe-interval=50ms".into(),
+            format!("--http-endpoint=127.0.0.1:{port}"),
+        ],
+    );
+    let old = sb.socket(DRIVER);
+    assert!(appears(&old).await);
+    let kubelet = FakeKubelet::default();
+    assert!(kubelet.register(&old).await.unwrap().sent.plugin_registered);
+    assert_eq!(
+        http_until(port, "/readyz", 200).await.map(|r| r.0),
+        Some(200)
+    );
+
+    // The driver goes away: noticed, not ready, the registration stays.
+    driver.stop().await;
+    assert!(
+        registrar.wait_log("the CSI driver does not answer").await,
+        "{}",
+        registrar.log_text()
+    );
+    let (code, body) = http_until(port, "/readyz", 503).await.unwrap();
+    assert_eq!(code, 503);
+    assert!(body.starts_with("the CSI driver does not answer"), "{body}");
+    assert!(old.exists());
+
+    // It comes back as another driver: new socket, old one removed.
+    let mut spec = DriverSpec::named("nfs.csi.k8s.io");
+    spec.vendor_version = "4.0.0".into();
+    let _driver = FakeDriver::start(&sb.csi, spec).await.unwrap();
+    let new = sb.socket("nfs.csi.k8s.io");
+    assert!(appears(&new).await, "{}", registrar.log_text());
+    assert!(
+        wait_until(PATIENCE, || !old.exists()).await,
+        "the old socket is removed"
+    );
+    kubelet.deregister(DRIVER);
+    let attempt = kubelet.register(&new).await.unwrap();
+    assert_eq!(attempt.info.name, "nfs.csi.k8s.io");
+    assert!(attempt.sent.plugin_registered);
+    let (_, metrics) = http_get(port, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains("csi_registrar_driver_reconnects_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "csi_registrar_registration_socket_creations_total{reason=\"driver-changed\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert_eq!(registrar.stop().await, 0);
+    assert!(!new.exists());
+}
+
+#[tokio::test]
+async fn a_driver_back_unchanged_keeps_its_registration() {
+    let sb = Sandbox::new();
+    let driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let registrar = Registrar::spawn(&sb, &["--driver-probe-interval=50ms".into()]);
+    assert!(appears(&sb.socket(DRIVER)).await);
+    driver.stop().await;
+    assert!(registrar.wait_log("the CSI driver does not answer").await);
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    assert!(
+        registrar.wait_log("the CSI driver answers again").await,
+        "{}",
+        registrar.log_text()
+    );
+    let log = registrar.log_text();
+    assert!(!log.contains("registering anew"), "{log}");
+    assert_eq!(log.matches("registration socket ready").count(), 1, "{log}");
+    assert_eq!(registrar.stop().await, 0);
 }
 
 #[tokio::test]

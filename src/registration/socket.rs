@@ -5,6 +5,7 @@
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use crate::validate::UNIX_PATH_MAX;
 
@@ -30,6 +31,21 @@ pub enum SocketError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Sockets this process has bound and not yet removed, so that a panic (which
+/// aborts without running destructors in release builds) can still clean up.
+static LIVE: Mutex<Vec<(PathBuf, (u64, u64))>> = Mutex::new(Vec::new());
+
+/// Removes every registration socket this process still owns. For the panic
+/// hook: the kubelet must not keep dialing a socket nobody serves.
+pub fn remove_live_sockets() {
+    let live = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
+    for (path, identity) in live {
+        if matches!(std::fs::symlink_metadata(&path), Ok(m) if (m.dev(), m.ino()) == identity) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 /// The socket path for a driver name (already validated, so it has no `/`).
@@ -74,13 +90,11 @@ impl RegistrationSocket {
         listener.set_nonblocking(true).map_err(bind_err)?;
         let listener = tokio::net::UnixListener::from_std(listener).map_err(bind_err)?;
         let meta = std::fs::symlink_metadata(&path).map_err(bind_err)?;
-        Ok((
-            RegistrationSocket {
-                path,
-                identity: (meta.dev(), meta.ino()),
-            },
-            listener,
-        ))
+        let identity = (meta.dev(), meta.ino());
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((path.clone(), identity));
+        Ok((RegistrationSocket { path, identity }, listener))
     }
 
     pub fn path(&self) -> &Path {
@@ -100,6 +114,9 @@ impl RegistrationSocket {
     /// Removes the socket file if it is still ours; a newer instance's socket
     /// at the same path is left alone.
     pub fn remove(&self) {
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(p, id)| !(p == &self.path && *id == self.identity));
         match self.state() {
             SocketState::Ours => match std::fs::remove_file(&self.path) {
                 Ok(()) => {

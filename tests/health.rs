@@ -1,0 +1,113 @@
+//! Every `/healthz` and `/readyz` answer, from the real HTTP router over
+//! loopback, with real registration sockets behind it.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::http_get;
+use csi_node_driver_registrar::health::{self, Phase, Status};
+use csi_node_driver_registrar::metrics::Metrics;
+use csi_node_driver_registrar::policy::Registration;
+use csi_node_driver_registrar::proto::registration::registration_server::RegistrationServer;
+use csi_node_driver_registrar::registration::RegistrationService;
+use tokio_stream::wrappers::UnixListenerStream;
+
+/// Serves the router on a loopback port; returns the port.
+async fn serve(status: Arc<Status>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let router = health::router(status, Arc::new(Metrics::new()), Duration::from_secs(1));
+    tokio::spawn(health::serve(listener, router));
+    port
+}
+
+/// A registration service answering for `name` on a unix socket at `path`.
+async fn registration_socket(path: &std::path::Path, name: &str) {
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let registration = Registration {
+        name: name.into(),
+        endpoint: "/csi/csi.sock".into(),
+        supported_versions: vec!["1.0.0".into()],
+    };
+    let service = RegistrationService::new(&registration, tx, Arc::new(Metrics::new()));
+    let listener = tokio::net::UnixListener::bind(path).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(service))
+            .serve_with_incoming(UnixListenerStream::new(listener)),
+    );
+}
+
+#[tokio::test]
+async fn healthz_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Arc::new(Status::default());
+    let port = serve(status.clone()).await;
+
+    // Before the driver answered there is no socket by design.
+    assert_eq!(
+        http_get(port, "/healthz").await,
+        Some((200, "ok: waiting for the CSI driver".into()))
+    );
+
+    // The socket file is gone: upstream's 404.
+    let path = dir.path().join("d.csi.io-reg.sock");
+    status.set_socket(path.clone(), "d.csi.io".into());
+    assert_eq!(
+        http_get(port, "/healthz").await,
+        Some((404, "registration socket does not exist".into()))
+    );
+
+    // It answers for our name: 200 ok.
+    registration_socket(&path, "d.csi.io").await;
+    assert_eq!(http_get(port, "/healthz").await, Some((200, "ok".into())));
+
+    // It answers for another name: 500 with the reason.
+    let other = dir.path().join("other-reg.sock");
+    registration_socket(&other, "other.csi.io").await;
+    status.set_socket(other, "d.csi.io".into());
+    let (code, body) = http_get(port, "/healthz").await.unwrap();
+    assert_eq!(code, 500);
+    assert_eq!(
+        body,
+        "registration socket answers for driver \"other.csi.io\", expected \"d.csi.io\""
+    );
+
+    // Something that is not a listening socket: 500, cannot connect.
+    let file = dir.path().join("file-reg.sock");
+    std::fs::write(&file, "").unwrap();
+    status.set_socket(file, "d.csi.io".into());
+    let (code, body) = http_get(port, "/healthz").await.unwrap();
+    assert_eq!(code, 500);
+    assert!(
+        body.starts_with("failed to connect to registration socket"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn readyz_answers() {
+    let status = Arc::new(Status::default());
+    let port = serve(status.clone()).await;
+    assert_eq!(
+        http_get(port, "/readyz").await,
+        Some((503, "waiting for the CSI driver".into()))
+    );
+    status.set_phase(Phase::WaitingForKubelet);
+    assert_eq!(
+        http_get(port, "/readyz").await,
+        Some((503, "waiting for the kubelet to register the plugin".into()))
+    );
+    status.set_phase(Phase::Registered);
+    assert_eq!(http_get(port, "/readyz").await, Some((200, "ok".into())));
+    status.set_phase(Phase::Rejected("driver name is empty".into()));
+    assert_eq!(
+        http_get(port, "/readyz").await,
+        Some((
+            503,
+            "kubelet refused the registration: driver name is empty".into()
+        ))
+    );
+}
