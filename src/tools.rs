@@ -17,6 +17,8 @@ struct Tools {
     verbosity: u8,
 }
 
+// Parsed once per process: the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a CSI driver stand-in, the registrar and a kubelet stand-in over real
@@ -26,6 +28,114 @@ enum Command {
         #[arg(long)]
         policy: Option<PathBuf>,
     },
+    /// Tools for policy plugin authors: inspect, validate, run, precompile.
+    #[cfg(feature = "wasm")]
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[cfg(feature = "wasm")]
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+enum PluginCommand {
+    /// Show a component's WIT version, hooks, imports, size and sha256.
+    Inspect {
+        wasm: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load a component with settings, as the registrar does at start-up.
+    Validate {
+        wasm: PathBuf,
+        #[command(flatten)]
+        settings: SettingsArgs,
+    },
+    /// Run one hook against a context and print the decision (as JSON).
+    Run {
+        wasm: PathBuf,
+        /// driver-name, versions, endpoint or failure.
+        #[arg(long)]
+        hook: crate::policy::config::Hook,
+        /// The registration context as a JSON file (keys: node_name, driver_name,
+        /// driver_version, csi_address, kubelet_registration_path,
+        /// plugin_registration_path); flags below override it.
+        #[arg(long)]
+        context: Option<PathBuf>,
+        #[arg(long)]
+        node_name: Option<String>,
+        #[arg(long)]
+        driver_name: Option<String>,
+        #[arg(long)]
+        driver_version: Option<String>,
+        #[arg(long)]
+        kubelet_registration_path: Option<String>,
+        /// `current` for driver-name and endpoint (default: from the context, as at start-up).
+        #[arg(long)]
+        current: Option<String>,
+        /// `current` for versions (repeatable; default 1.0.0).
+        #[arg(long = "version")]
+        versions: Vec<String>,
+        /// The kubelet's error text, for the failure hook.
+        #[arg(
+            long,
+            default_value = "RegisterPlugin error -- plugin registration failed with err: example"
+        )]
+        error: String,
+        /// The attempt number, for the failure hook.
+        #[arg(long, default_value_t = 1)]
+        attempt: u32,
+        #[command(flatten)]
+        settings: SettingsArgs,
+        /// Deadline of the call in milliseconds.
+        #[arg(long, default_value_t = crate::policy::config::DEFAULT_TIMEOUT_MS)]
+        timeout_ms: u64,
+    },
+    /// Compile components into a cache directory with this binary, so the
+    /// registrar starts without compiling (for image builds or an initContainer).
+    Precompile {
+        #[arg(required = true)]
+        wasm: Vec<PathBuf>,
+        #[arg(long)]
+        cache_dir: PathBuf,
+    },
+}
+
+#[cfg(feature = "wasm")]
+#[derive(Debug, clap::Args)]
+struct SettingsArgs {
+    /// The plugin's settings: a TOML file (the `[plugin.settings]` table's
+    /// contents) or a .json file.
+    #[arg(long, conflicts_with = "settings_json")]
+    settings: Option<PathBuf>,
+    /// The plugin's settings as inline JSON.
+    #[arg(long)]
+    settings_json: Option<String>,
+}
+
+#[cfg(feature = "wasm")]
+impl SettingsArgs {
+    fn json(&self) -> anyhow::Result<String> {
+        if let Some(inline) = &self.settings_json {
+            let value: serde_json::Value = serde_json::from_str(inline)
+                .map_err(|e| anyhow::anyhow!("--settings-json is not JSON: {e}"))?;
+            return Ok(value.to_string());
+        }
+        let Some(path) = &self.settings else {
+            return Ok("{}".into());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        if path.extension().is_some_and(|e| e == "json") {
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Ok(value.to_string())
+        } else {
+            let table: toml::Table =
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Ok(serde_json::to_string(&table)?)
+        }
+    }
 }
 
 /// Runs a tool when `args[1]` names one; `None` lets the registrar run.
@@ -48,6 +158,8 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
         .expect("building the tokio runtime");
     let result = match tools.command {
         Command::Demo { policy } => runtime.block_on(crate::demo::run(policy)),
+        #[cfg(feature = "wasm")]
+        Command::Plugin(cmd) => plugin(cmd),
     };
     Some(match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -56,4 +168,173 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
             ExitCode::FAILURE
         }
     })
+}
+
+#[cfg(feature = "wasm")]
+fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
+    use crate::policy::chain::PluginHooks;
+    use crate::policy::config::{DEFAULT_EPOCH_TICK_MS, Hook, PluginConfig};
+    use crate::policy::{Context, Failure};
+    use crate::validate;
+
+    let host =
+        crate::policy::wasm::Host::new(std::time::Duration::from_millis(DEFAULT_EPOCH_TICK_MS))
+            .map_err(|e| anyhow::anyhow!("cannot start the WebAssembly engine: {e:#}"))?;
+    match cmd {
+        PluginCommand::Inspect { wasm, json } => {
+            let i = host.inspect(&wasm)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&i)?);
+            } else {
+                println!("{} ({} {})", i.path, i.name, i.version);
+                println!("  size     {} bytes", i.size_bytes);
+                println!("  sha256   {}", i.sha256);
+                println!(
+                    "  hooks    {}",
+                    if i.hooks.is_empty() {
+                        "none".into()
+                    } else {
+                        i.hooks.join(", ")
+                    }
+                );
+                println!("  exports  {}", i.exports.join(", "));
+                println!(
+                    "  imports  {}",
+                    if i.imports.is_empty() {
+                        "none".into()
+                    } else {
+                        i.imports.join(", ")
+                    }
+                );
+            }
+            Ok(())
+        }
+        PluginCommand::Validate { wasm, settings } => {
+            let cfg = PluginConfig {
+                settings_json: settings.json()?,
+                ..PluginConfig::unpinned(&wasm)
+            };
+            let plugin = host.load(&cfg, None)?;
+            let hooks: Vec<_> = plugin.exported_hooks().iter().map(|h| h.as_str()).collect();
+            println!(
+                "ok: {} loads with these settings; hooks: {}",
+                wasm.display(),
+                hooks.join(", ")
+            );
+            Ok(())
+        }
+        PluginCommand::Run {
+            wasm,
+            hook,
+            context,
+            node_name,
+            driver_name,
+            driver_version,
+            kubelet_registration_path,
+            current,
+            versions,
+            error,
+            attempt,
+            settings,
+            timeout_ms,
+        } => {
+            let mut ctx: Context = match &context {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+                    serde_json::from_str(&text)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+                }
+                None => Context {
+                    driver_name: "hostpath.csi.k8s.io".into(),
+                    driver_version: "1.0.0".into(),
+                    csi_address: "/csi/csi.sock".into(),
+                    kubelet_registration_path:
+                        "/var/lib/kubelet/plugins/hostpath.csi.k8s.io/csi.sock".into(),
+                    plugin_registration_path: "/registration".into(),
+                    node_name: "node-1".into(),
+                },
+            };
+            for (field, value) in [
+                (&mut ctx.node_name, node_name),
+                (&mut ctx.driver_name, driver_name),
+                (&mut ctx.driver_version, driver_version),
+                (
+                    &mut ctx.kubelet_registration_path,
+                    kubelet_registration_path,
+                ),
+            ] {
+                if let Some(v) = value {
+                    *field = v;
+                }
+            }
+            let cfg = PluginConfig {
+                settings_json: settings.json()?,
+                timeout: std::time::Duration::from_millis(timeout_ms),
+                ..PluginConfig::unpinned(&wasm)
+            };
+            let plugin = host.load(&cfg, None)?;
+            if !plugin.runs(hook) {
+                anyhow::bail!("the component does not export the {hook} hook");
+            }
+            let started = std::time::Instant::now();
+            let (decision, check) = match hook {
+                Hook::DriverName => {
+                    let current = current.unwrap_or_else(|| ctx.driver_name.clone());
+                    let d = plugin.rewrite_driver_name(&ctx, &current)?;
+                    let check = d
+                        .as_ref()
+                        .map(|n| validate::driver_name(n).map_err(|e| e.to_string()));
+                    (serde_json::json!({ "rename": d }), check)
+                }
+                Hook::Endpoint => {
+                    let current = current.unwrap_or_else(|| ctx.kubelet_registration_path.clone());
+                    let d = plugin.map_endpoint(&ctx, &current)?;
+                    let check = d
+                        .as_ref()
+                        .map(|p| validate::endpoint(p).map_err(|e| e.to_string()));
+                    (serde_json::json!({ "replace": d }), check)
+                }
+                Hook::Versions => {
+                    let current = if versions.is_empty() {
+                        vec!["1.0.0".to_owned()]
+                    } else {
+                        versions
+                    };
+                    let d = plugin.supported_versions(&ctx, &current)?;
+                    let check = Some(
+                        validate::highest_supported_version(&d)
+                            .map(drop)
+                            .map_err(|e| e.to_string()),
+                    );
+                    (serde_json::json!({ "supported_versions": d }), check)
+                }
+                Hook::Failure => {
+                    let f = Failure {
+                        error,
+                        attempt,
+                        elapsed: std::time::Duration::ZERO,
+                    };
+                    let d = plugin.on_failure(&ctx, &f)?;
+                    (
+                        serde_json::json!({ "action": d.map_or(serde_json::json!("defer"), |a| serde_json::json!(a)) }),
+                        None,
+                    )
+                }
+            };
+            let mut out = serde_json::json!({ "hook": hook.as_str(), "decision": decision, "took_us": started.elapsed().as_micros() as u64 });
+            if let Some(Err(reason)) = check {
+                out["refused_by_host"] = serde_json::json!(reason);
+            }
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(())
+        }
+        PluginCommand::Precompile { wasm, cache_dir } => {
+            for w in wasm {
+                let entry = host.precompile(&w, &cache_dir)?;
+                println!("{} -> {}", w.display(), entry.display());
+            }
+            Ok(())
+        }
+    }
 }

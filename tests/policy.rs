@@ -694,3 +694,161 @@ async fn a_bad_policy_file_names_file_line_and_key() {
         "{log}"
     );
 }
+
+#[tokio::test]
+async fn sighup_reloads_the_policy_and_keeps_the_last_good_one() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let suffix = |s: &str| {
+        plugin_entry(
+            "suffix",
+            &plugin("pool-suffix"),
+            &format!("[plugin.settings]\nsuffix = \"{s}\""),
+        )
+    };
+    let policy = write_policy(sb.dir.path(), &suffix("-a"));
+    let registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let a = sb.socket("hostpath.csi.k8s.io-a");
+    assert!(appears(&a).await, "{}", registrar.log_text());
+
+    write_policy(sb.dir.path(), &suffix("-b"));
+    registrar.signal(libc::SIGHUP);
+    let b = sb.socket("hostpath.csi.k8s.io-b");
+    assert!(appears(&b).await, "{}", registrar.log_text());
+    assert!(wait_until(PATIENCE, || !a.exists()).await);
+    assert_eq!(
+        FakeKubelet::default().register(&b).await.unwrap().info.name,
+        "hostpath.csi.k8s.io-b"
+    );
+
+    // A broken file: logged, counted, and the last good policy stays.
+    write_policy(sb.dir.path(), "[[plugin]]\nid = \"x\"\n");
+    registrar.signal(libc::SIGHUP);
+    assert!(
+        registrar
+            .wait_log("policy reload failed; keeping the last good policy")
+            .await
+    );
+    assert!(
+        registrar.log_text().contains("missing field `path`"),
+        "{}",
+        registrar.log_text()
+    );
+    assert!(b.exists());
+    assert!(
+        FakeKubelet::default()
+            .register(&b)
+            .await
+            .unwrap()
+            .sent
+            .plugin_registered
+    );
+    assert_eq!(registrar.stop().await, 0);
+}
+
+#[test]
+fn the_default_policy_component_agrees_with_the_built_in_one() {
+    use csi_node_driver_registrar::policy::DefaultPolicy;
+    let dir = tempfile::tempdir().unwrap();
+    let chain = load(
+        dir.path(),
+        &plugin_entry("default", &plugin("default-policy"), ""),
+    )
+    .unwrap();
+    let contexts = [
+        ctx(),
+        Context {
+            node_name: String::new(),
+            driver_name: "a".into(),
+            driver_version: String::new(),
+            csi_address: "/csi/csi.sock".into(),
+            kubelet_registration_path: "/var/lib/k0s/kubelet/plugins/a/csi.sock".into(),
+            plugin_registration_path: "/var/lib/kubelet/plugins_registry".into(),
+        },
+        Context {
+            driver_name: "x".repeat(63),
+            node_name: "ip-10-0-0-1.ec2.internal".into(),
+            ..ctx()
+        },
+    ];
+    for c in &contexts {
+        assert_eq!(
+            chain.registration(c).unwrap(),
+            DefaultPolicy.registration(c).unwrap(),
+            "{c:?}"
+        );
+        for attempt in [1, 2, 50] {
+            let f = Failure {
+                error: "RegisterPlugin error -- plugin registration failed with err: x".into(),
+                attempt,
+                elapsed: Duration::from_secs(u64::from(attempt)),
+            };
+            assert_eq!(
+                chain.on_failure(c, &f).unwrap(),
+                DefaultPolicy.on_failure(c, &f).unwrap()
+            );
+        }
+    }
+}
+
+#[test]
+fn example_policies_load_and_decide() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/examples");
+    plugin("pool-suffix"); // builds them all
+    let load_example = |name: &str| {
+        let cfg = PolicyConfig::from_file(&examples.join(name).join("policy.toml")).unwrap();
+        wasm::load_chain(&cfg, Arc::new(Metrics::new())).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    assert_eq!(
+        load_example("pool-suffix")
+            .registration(&ctx())
+            .unwrap()
+            .name,
+        "hostpath.csi.k8s.io-pool-a"
+    );
+    assert_eq!(
+        load_example("versions")
+            .registration(&ctx())
+            .unwrap()
+            .supported_versions,
+        vec!["1.0.1"]
+    );
+    let endpoint = load_example("endpoint-template");
+    assert_eq!(
+        endpoint.registration(&ctx()).unwrap().endpoint,
+        "/var/lib/kubelet/plugins/hostpath.csi.k8s.io/csi.sock"
+    );
+    let k0s = Context {
+        node_name: "k0s-worker-1".into(),
+        ..ctx()
+    };
+    assert_eq!(
+        endpoint.registration(&k0s).unwrap().endpoint,
+        "/var/lib/k0s/kubelet/plugins/hostpath.csi.k8s.io/csi.sock"
+    );
+    let retry = load_example("retry-backoff");
+    let at = |attempt| {
+        retry
+            .on_failure(
+                &ctx(),
+                &Failure {
+                    error: "x".into(),
+                    attempt,
+                    elapsed: Duration::ZERO,
+                },
+            )
+            .unwrap()
+    };
+    assert_eq!(at(1), FailureAction::Retry(Duration::from_secs(1)));
+    assert_eq!(at(3), FailureAction::Retry(Duration::from_secs(4)));
+    assert_eq!(at(8), FailureAction::Exit(1));
+    assert_eq!(
+        load_example("default-policy")
+            .registration(&ctx())
+            .unwrap()
+            .name,
+        DRIVER
+    );
+}

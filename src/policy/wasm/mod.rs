@@ -297,6 +297,115 @@ impl Host {
     }
 }
 
+/// What `plugin inspect` shows about a component.
+#[derive(Debug, serde::Serialize)]
+pub struct Inspection {
+    pub path: String,
+    pub size_bytes: usize,
+    pub sha256: String,
+    /// The policy interfaces it exports, with versions.
+    pub exports: Vec<String>,
+    /// Everything it imports (the host provides host-log and WASI 0.2).
+    pub imports: Vec<String>,
+    pub hooks: Vec<String>,
+    /// From the plugin's own `info()`.
+    pub name: String,
+    pub version: String,
+}
+
+impl Host {
+    /// Compiles a component and describes it; fails as loading would.
+    pub fn inspect(self: &Arc<Self>, path: &Path) -> Result<Inspection, LoadError> {
+        let cfg = PluginConfig::unpinned(path);
+        let wasm =
+            std::fs::read(path).map_err(|e| cfg.error(format!("cannot read the file: {e}")))?;
+        let digest: [u8; 32] = Sha256::digest(&wasm).into();
+        let component = self
+            .compile(&wasm, &digest, None)
+            .map_err(|m| cfg.error(m))?;
+        let ty = component.component_type();
+        let exports = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_owned())
+            .filter(|n| n.starts_with(WIT_PACKAGE))
+            .collect();
+        let imports = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_owned())
+            .collect();
+        let plugin = self.load(&cfg, None)?;
+        let (name, version) = plugin
+            .info()
+            .map_err(|e| cfg.error(format!("info() failed: {e}")))?;
+        Ok(Inspection {
+            path: path.display().to_string(),
+            size_bytes: wasm.len(),
+            sha256: hex::encode(digest),
+            exports,
+            imports,
+            hooks: plugin
+                .exported
+                .iter()
+                .map(|h| h.as_str().to_owned())
+                .collect(),
+            name,
+            version,
+        })
+    }
+
+    /// Compiles a component into `cache_dir` as the registrar would at start-up;
+    /// returns the cache entry.
+    pub fn precompile(
+        &self,
+        path: &Path,
+        cache_dir: &Path,
+    ) -> Result<std::path::PathBuf, LoadError> {
+        let cfg = PluginConfig::unpinned(path);
+        let wasm =
+            std::fs::read(path).map_err(|e| cfg.error(format!("cannot read the file: {e}")))?;
+        check_is_component(&wasm).map_err(|m| cfg.error(m))?;
+        let digest: [u8; 32] = Sha256::digest(&wasm).into();
+        cache::load_or_compile(&self.engine, cache_dir, &wasm, &digest)
+            .map_err(|e| cfg.error(format!("not a valid WebAssembly component: {e:#}")))?;
+        let entry = cache::entry(&self.engine, cache_dir, &digest);
+        if !entry.exists() {
+            return Err(cfg.error(format!(
+                "the cache directory {} was not usable (see the log)",
+                cache_dir.display()
+            )));
+        }
+        Ok(entry)
+    }
+}
+
+impl PluginConfig {
+    /// A plugin configuration for the author tools: no pin, default limits.
+    pub fn unpinned(path: &Path) -> Self {
+        PluginConfig {
+            id: path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "plugin".into()),
+            path: path.to_owned(),
+            sha256: None,
+            hooks: None,
+            timeout: Duration::from_millis(super::config::DEFAULT_TIMEOUT_MS),
+            memory_limit_bytes: super::config::DEFAULT_MEMORY_LIMIT_MIB << 20,
+            on_error: OnError::Fail,
+            mode: Mode::Enforce,
+            settings_json: "{}".into(),
+        }
+    }
+
+    fn error(&self, message: String) -> LoadError {
+        LoadError {
+            id: self.id.clone(),
+            path: self.path.display().to_string(),
+            message,
+        }
+    }
+}
+
 /// Tells a core module or a non-wasm file from a component, with the fix.
 fn check_is_component(wasm: &[u8]) -> Result<(), String> {
     match wasm.get(..8) {
