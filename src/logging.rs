@@ -30,3 +30,18 @@ pub fn init(verbosity: u8, json: bool) {
         builder.with_ansi(false).init();
     }
 }
+
+/// For the demo and the plugin tools, whose own output is on stdout: warnings,
+/// and the plugins' own log lines; `-v` brings the registrar's log back.
+pub fn init_tools(verbosity: u8) {
+    let filter = if verbosity == 0 {
+        EnvFilter::new("warn,plugin=info")
+    } else {
+        filter(verbosity)
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}

@@ -150,7 +150,7 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
             return Some(ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)));
         }
     };
-    crate::logging::init(tools.verbosity, false);
+    crate::logging::init_tools(tools.verbosity);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -317,7 +317,7 @@ fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
                     };
                     let d = plugin.on_failure(&ctx, &f)?;
                     (
-                        serde_json::json!({ "action": d.map_or(serde_json::json!("defer"), |a| serde_json::json!(a)) }),
+                        d.map_or(serde_json::json!("defer"), |a| serde_json::json!(a)),
                         None,
                     )
                 }

@@ -852,3 +852,138 @@ fn example_policies_load_and_decide() {
         DRIVER
     );
 }
+
+fn tool(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn author_cli_inspects_validates_runs_and_precompiles() {
+    let pool = plugin("pool-suffix");
+    let pool = pool.to_str().unwrap();
+
+    let (code, out, err) = tool(&["plugin", "inspect", pool, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let i: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(i["hooks"], serde_json::json!(["driver-name"]));
+    assert_eq!(i["name"], "pool-suffix");
+    assert_eq!(i["sha256"], sha256_hex(Path::new(pool)));
+    assert!(
+        i["exports"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("csi-registrar:policy/driver-name@0.1.0")),
+        "{out}"
+    );
+
+    let (code, out, _) = tool(&[
+        "plugin",
+        "validate",
+        pool,
+        "--settings-json",
+        r#"{"suffix": "-a"}"#,
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("ok:"), "{out}");
+    let (code, _, err) = tool(&[
+        "plugin",
+        "validate",
+        pool,
+        "--settings-json",
+        r#"{"suffix": "a b"}"#,
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("the plugin refused its settings: suffix \"a b\" contains ' '"),
+        "{err}"
+    );
+
+    let (code, out, err) = tool(&[
+        "plugin",
+        "run",
+        pool,
+        "--hook",
+        "driver-name",
+        "--driver-name",
+        "nfs.csi.k8s.io",
+        "--settings-json",
+        r#"{"suffix": "-a"}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["decision"]["rename"], "nfs.csi.k8s.io-a");
+    assert!(r.get("refused_by_host").is_none());
+
+    let retry = plugin("retry-backoff");
+    let (_, out, _) = tool(&[
+        "plugin",
+        "run",
+        retry.to_str().unwrap(),
+        "--hook",
+        "failure",
+        "--attempt",
+        "2",
+    ]);
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["decision"], serde_json::json!({"retry": 1000}));
+
+    let m = plugin("misbehave");
+    let (code, out, _) = tool(&[
+        "plugin",
+        "run",
+        m.to_str().unwrap(),
+        "--hook",
+        "endpoint",
+        "--settings-json",
+        r#"{"do": "invalid"}"#,
+    ]);
+    assert_eq!(code, 0);
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        r["refused_by_host"],
+        "endpoint \"relative/csi.sock\" is not an absolute path"
+    );
+
+    let (code, _, err) = tool(&[
+        "plugin",
+        "run",
+        pool,
+        "--hook",
+        "failure",
+        "--settings-json",
+        r#"{"suffix": "-a"}"#,
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("does not export the failure hook"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let (code, out, err) = tool(&[
+        "plugin",
+        "precompile",
+        pool,
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let entry = out.trim().rsplit(" -> ").next().unwrap();
+    assert!(Path::new(entry).exists(), "{out}");
+    // The registrar then loads it from there without compiling (same key).
+    let toml = format!(
+        "[policy]\ncache_dir = \"{}\"\n{}",
+        cache.display(),
+        plugin_entry("p", Path::new(pool), "[plugin.settings]\nsuffix = \"-a\"")
+    );
+    let before = std::fs::metadata(entry).unwrap().modified().unwrap();
+    load(dir.path(), &toml).unwrap();
+    assert_eq!(
+        std::fs::metadata(entry).unwrap().modified().unwrap(),
+        before
+    );
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+}

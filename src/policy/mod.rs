@@ -76,24 +76,19 @@ pub struct Failure {
 
 /// What to do about a refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case", tag = "action", content = "value")]
+#[serde(rename_all = "kebab-case")]
 pub enum FailureAction {
     /// Remove the registration socket and exit with this code (upstream: 1).
     Exit(u8),
     /// Remove the registration socket, wait, and create it again so the kubelet
-    /// registers anew.
-    Retry(#[serde(with = "millis")] Duration),
+    /// registers anew. Serialized as milliseconds.
+    Retry(#[serde(serialize_with = "millis")] Duration),
     /// Log and keep serving.
     Ignore,
 }
 
-mod millis {
-    pub fn serialize<S: serde::Serializer>(
-        d: &std::time::Duration,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A policy that could not decide, named after what failed.

@@ -196,8 +196,28 @@ impl Host {
         &self.engine
     }
 
-    /// Reads, verifies, compiles (or loads from the cache), links and checks one plugin.
+    /// Reads, verifies, compiles (or loads from the cache), links and checks one
+    /// plugin, then has it validate its settings.
     pub fn load(
+        self: &Arc<Self>,
+        cfg: &PluginConfig,
+        cache_dir: Option<&Path>,
+    ) -> Result<WasmPlugin, LoadError> {
+        let plugin = self.prepare(cfg, cache_dir)?;
+        let info = plugin
+            .info()
+            .map_err(|e| cfg.error(format!("info() failed: {e}")))?;
+        plugin.validate_settings().map_err(|m| cfg.error(m))?;
+        tracing::info!(
+            plugin = %cfg.id, name = %info.0, version = %info.1,
+            hooks = %describe_hooks(&plugin.hooks),
+            "policy plugin loaded"
+        );
+        Ok(plugin)
+    }
+
+    /// Everything [`Host::load`] does except asking the plugin about its settings.
+    fn prepare(
         self: &Arc<Self>,
         cfg: &PluginConfig,
         cache_dir: Option<&Path>,
@@ -267,15 +287,6 @@ impl Host {
             hooks: selected,
             exported: hooks,
         };
-        let info = plugin
-            .info()
-            .map_err(|e| fail(format!("info() failed: {e}")))?;
-        plugin.validate_settings().map_err(fail)?;
-        tracing::info!(
-            plugin = %cfg.id, name = %info.0, version = %info.1,
-            hooks = %describe_hooks(&plugin.hooks),
-            "policy plugin loaded"
-        );
         Ok(plugin)
     }
 
@@ -333,7 +344,7 @@ impl Host {
             .imports(&self.engine)
             .map(|(n, _)| n.to_owned())
             .collect();
-        let plugin = self.load(&cfg, None)?;
+        let plugin = self.prepare(&cfg, None)?;
         let (name, version) = plugin
             .info()
             .map_err(|e| cfg.error(format!("info() failed: {e}")))?;
