@@ -71,16 +71,28 @@ impl Registrar {
             .into_temp_path()
             .keep()
             .unwrap();
-        let child = tokio::process::Command::new(BIN)
+        let mut command = tokio::process::Command::new(BIN);
+        command
             .args(args)
             .env("KUBE_NODE_NAME", "node-a1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+            .kill_on_drop(true);
+        // SAFETY: prctl is async-signal-safe. If the test process dies without
+        // running destructors (a crash), the kernel still kills the registrar.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command.spawn().unwrap();
         Registrar { child, log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("registrar still running")
     }
 
     pub fn log_text(&self) -> String {
