@@ -143,6 +143,10 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
     if !matches!(args.get(1).map(String::as_str), Some("demo" | "plugin")) {
         return None;
     }
+    // Tools print to stdout: behave like other command-line tools when the
+    // reader goes away (`| head`): end quietly instead of panicking on EPIPE.
+    // SAFETY: restoring the default disposition of a signal has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let tools = match Tools::try_parse_from(args) {
         Ok(t) => t,
         Err(e) => {
