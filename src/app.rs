@@ -26,8 +26,11 @@ use crate::registration::socket::{SocketState, socket_path};
 use crate::registration::{RegistrationService, RegistrationSocket, Verdict};
 use crate::{csi, validate};
 
-/// How often the registration socket is checked for deletion.
+/// How often the registration socket is checked for deletion when inotify is
+/// not available.
 pub const RECONCILE_EVERY: Duration = Duration::from_millis(500);
+/// With inotify, a slow check as a safety net (a watch lost with its directory).
+pub const RECONCILE_FALLBACK: Duration = Duration::from_secs(10);
 /// How long in-flight kubelet calls may take to finish on the way out.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -261,8 +264,10 @@ pub async fn run_with(
     slot.listen(&current.name, "startup")?;
 
     let mut streak: Option<(u32, Instant)> = None;
-    let mut reconcile = tokio::time::interval(RECONCILE_EVERY);
-    reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Deletions are noticed by inotify at once and without waking up while
+    // idle; the interval is the safety net, or the mechanism without inotify.
+    let mut registry_events = watch_registry(&config.plugin_registration_path);
+    let mut reconcile = reconcile_interval(registry_events.is_some());
     let mut probe =
         tokio::time::interval(config.probe_interval.unwrap_or(Duration::from_secs(3600)));
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -309,6 +314,23 @@ pub async fn run_with(
                 }
             }
             _ = reconcile.tick() => slot.reconcile(&current.name)?,
+            event = next_event(&mut registry_events) => {
+                match event {
+                    Ok(gone) => {
+                        if gone {
+                            // The directory itself was removed or replaced: watch it anew.
+                            registry_events = watch_registry(&config.plugin_registration_path);
+                            reconcile = reconcile_interval(registry_events.is_some());
+                        }
+                        slot.reconcile(&current.name)?;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watching the registration directory failed; polling instead");
+                        registry_events = None;
+                        reconcile = reconcile_interval(false);
+                    }
+                }
+            }
             _ = probe.tick(), if config.probe_interval.is_some() => {
                 let answer = match csi::probe(&channel, config.timeout).await {
                     Ok(()) => csi::get_plugin_info(&channel, config.timeout).await,
@@ -378,6 +400,56 @@ pub async fn run_with(
     }
     slot.close();
     Ok(code)
+}
+
+type RegistryEvents = inotify::EventStream<[u8; 1024]>;
+
+/// Watches the registration directory for entries removed or replaced.
+fn watch_registry(dir: &std::path::Path) -> Option<RegistryEvents> {
+    use inotify::{Inotify, WatchMask};
+    let watch = || -> std::io::Result<RegistryEvents> {
+        let inotify = Inotify::init()?;
+        inotify.watches().add(
+            dir,
+            WatchMask::DELETE
+                | WatchMask::MOVED_FROM
+                | WatchMask::MOVED_TO
+                | WatchMask::CREATE
+                | WatchMask::DELETE_SELF
+                | WatchMask::MOVE_SELF,
+        )?;
+        inotify.into_event_stream([0u8; 1024])
+    };
+    watch()
+        .inspect_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the registration directory; polling it instead"))
+        .ok()
+}
+
+fn reconcile_interval(watched: bool) -> tokio::time::Interval {
+    let period = if watched {
+        RECONCILE_FALLBACK
+    } else {
+        RECONCILE_EVERY
+    };
+    let mut interval = tokio::time::interval_at(Instant::now() + period, period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
+}
+
+/// The next directory event: `Ok(true)` when the directory itself went away.
+/// Never resolves without a watch.
+async fn next_event(events: &mut Option<RegistryEvents>) -> std::io::Result<bool> {
+    use inotify::EventMask;
+    let Some(stream) = events else {
+        return std::future::pending().await;
+    };
+    match stream.next().await {
+        Some(Ok(event)) => Ok(event
+            .mask
+            .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)),
+        Some(Err(e)) => Err(e),
+        None => Err(std::io::Error::other("inotify stream ended")),
+    }
 }
 
 async fn load_policy_blocking(

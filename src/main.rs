@@ -42,8 +42,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread serves everything: a registrar's load is a few calls a minute,
+    // and a single thread has no cross-thread wake-ups when idle. Plugin calls
+    // and policy loading run on tokio's blocking pool.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("building the tokio runtime");

@@ -246,7 +246,7 @@ impl Host {
             Some(wanted) => {
                 if let Some(missing) = wanted.iter().find(|h| !hooks.contains(h)) {
                     return Err(fail(format!(
-                        "hooks lists {missing:?} but the component does not export {WIT_PACKAGE}/{missing}@{WIT_VERSION}; it exports {}",
+                        "hooks lists \"{missing}\" but the component does not export {WIT_PACKAGE}/{missing}@{WIT_VERSION}; it exports {}",
                         describe_hooks(&hooks)
                     )));
                 }
