@@ -143,10 +143,6 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
     if !matches!(args.get(1).map(String::as_str), Some("demo" | "plugin")) {
         return None;
     }
-    // Tools print to stdout: behave like other command-line tools when the
-    // reader goes away (`| head`): end quietly instead of panicking on EPIPE.
-    // SAFETY: restoring the default disposition of a signal has no preconditions.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let tools = match Tools::try_parse_from(args) {
         Ok(t) => t,
         Err(e) => {
@@ -163,7 +159,14 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
     let result = match tools.command {
         Command::Demo { policy } => runtime.block_on(crate::demo::run(policy)),
         #[cfg(feature = "wasm")]
-        Command::Plugin(cmd) => plugin(cmd),
+        Command::Plugin(cmd) => {
+            // The plugin tools only print: end quietly when the reader goes away
+            // (`| head`) instead of panicking on EPIPE. Not for the demo: its
+            // sockets must see EPIPE as an error, not die of SIGPIPE.
+            // SAFETY: restoring a signal's default disposition has no preconditions.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            plugin(cmd)
+        }
     };
     Some(match result {
         Ok(()) => ExitCode::SUCCESS,
