@@ -23,7 +23,7 @@ use crate::policy::config::PolicyConfig;
 use crate::policy::{Context, DefaultPolicy, Failure, FailureAction, Policy, Registration};
 use crate::proto::registration::registration_server::RegistrationServer;
 use crate::registration::socket::{SocketState, socket_path};
-use crate::registration::{RegistrationService, RegistrationSocket, Verdict};
+use crate::registration::{AuthorityFix, RegistrationService, RegistrationSocket, Verdict};
 use crate::{csi, validate};
 
 /// How often the registration socket is checked for deletion when inotify is
@@ -243,7 +243,7 @@ pub async fn run_with(
 
     let (verdict_tx, mut verdicts) = mpsc::unbounded_channel();
     let service = RegistrationService::new(&current, verdict_tx, metrics.clone());
-    let (conn_tx, conn_rx) = mpsc::channel::<std::io::Result<UnixStream>>(16);
+    let (conn_tx, conn_rx) = mpsc::channel::<std::io::Result<KubeletConn>>(16);
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(
         Server::builder()
@@ -401,6 +401,9 @@ pub async fn run_with(
     slot.close();
     Ok(code)
 }
+
+/// A kubelet connection: any client's `:authority` gets through to h2.
+type KubeletConn = AuthorityFix<UnixStream>;
 
 type RegistryEvents = inotify::EventStream<[u8; 1024]>;
 
@@ -560,7 +563,7 @@ impl PhaseTracker {
 /// re-creates or removes it.
 struct Slot {
     dir: PathBuf,
-    conns: mpsc::Sender<std::io::Result<UnixStream>>,
+    conns: mpsc::Sender<std::io::Result<KubeletConn>>,
     metrics: Arc<Metrics>,
     phase: PhaseTracker,
     current: Option<Listening>,
@@ -614,13 +617,16 @@ struct Listening {
 impl Listening {
     fn start(
         path: PathBuf,
-        conns: &mpsc::Sender<std::io::Result<UnixStream>>,
+        conns: &mpsc::Sender<std::io::Result<KubeletConn>>,
     ) -> Result<Self, AppError> {
         let (socket, listener) = RegistrationSocket::bind(path)?;
         let conns = conns.clone();
         let accept = tokio::spawn(async move {
             loop {
-                let conn = listener.accept().await.map(|(stream, _)| stream);
+                let conn = listener
+                    .accept()
+                    .await
+                    .map(|(stream, _)| AuthorityFix::new(stream));
                 if let Err(e) = &conn {
                     tracing::warn!(error = %e, "accepting a kubelet connection failed");
                     continue;

@@ -62,29 +62,38 @@ pub fn driver_name(name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
-/// A version as the kubelet's `version.ParseGeneric` reads it: at least two
-/// dot-separated numeric components, an optional leading `v` and surrounding
-/// white space; anything after the numbers is ignored (`1.0.0-rc1` is 1.0.0).
+/// A version as the kubelet's `version.ParseGeneric` reads it (k8s.io/apimachinery
+/// pkg/util/version): the regexp `^\s*v?([0-9]+(?:\.[0-9]+)*)(.*)*$` with Go's
+/// RE2 semantics, then at least two numeric components, the first without a
+/// leading zero. Anything after the numbers is ignored (`1.0.0-rc1` is 1.0.0).
+/// `tests/vectors/kubelet-versions.json` holds the cases both this and the
+/// kubelet's own parser are tested against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeletVersion(Vec<u64>);
 
+/// RE2's `\s`: `[\t\n\f\r ]`, not Unicode white space (no `\v`, no NBSP).
+const RE2_SPACE: [char; 5] = ['\t', '\n', '\x0c', '\r', ' '];
+
 impl KubeletVersion {
     pub fn parse(text: &str) -> Option<Self> {
-        let s = text.trim();
+        let s = text.trim_start_matches(RE2_SPACE);
         let s = s.strip_prefix('v').unwrap_or(s);
-        let numeric_end = s
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len());
-        // The regexp is `([0-9]+(?:\.[0-9]+)*)`: stop before a trailing dot.
-        let mut numbers = &s[..numeric_end];
-        while let Some(stripped) = numbers.strip_suffix('.') {
-            numbers = stripped;
-        }
-        let parts: Vec<&str> = numbers.split('.').collect();
-        if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
+        let b = s.as_bytes();
+        let digits_from = |i: usize| i + b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        // `[0-9]+(?:\.[0-9]+)*`: a dot not followed by a digit ends the numbers.
+        let mut end = digits_from(0);
+        if end == 0 {
             return None;
         }
-        if parts[0].len() > 1 && parts[0].starts_with('0') {
+        while b.get(end) == Some(&b'.') && b.get(end + 1).is_some_and(u8::is_ascii_digit) {
+            end = digits_from(end + 1);
+        }
+        // `(.*)*$`: `.` does not match a newline, and `$` is the end of the text.
+        if s[end..].contains('\n') {
+            return None;
+        }
+        let parts: Vec<&str> = s[..end].split('.').collect();
+        if parts.len() < 2 || (parts[0].len() > 1 && parts[0].starts_with('0')) {
             return None;
         }
         parts
@@ -240,6 +249,30 @@ mod tests {
                 .cmp(&KubeletVersion::parse("1.0.0").unwrap()),
             std::cmp::Ordering::Equal
         );
+    }
+
+    /// The shared vectors, which tests/peers/vectors_test.go checks against
+    /// the kubelet's own parser: the two rules agree on every case.
+    #[test]
+    fn highest_version_rule_matches_the_kubelets_vectors() {
+        #[derive(serde::Deserialize)]
+        struct Case {
+            versions: Vec<String>,
+            highest: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct File {
+            cases: Vec<Case>,
+        }
+        let file: File =
+            serde_json::from_str(include_str!("../tests/vectors/kubelet-versions.json")).unwrap();
+        assert!(file.cases.len() >= 20);
+        for case in file.cases {
+            let ours = highest_supported_version(&case.versions)
+                .ok()
+                .map(|v| v.to_string());
+            assert_eq!(ours, case.highest, "versions {:?}", case.versions);
+        }
     }
 
     #[test]
