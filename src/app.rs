@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 use crate::policy::config::PolicyConfig;
 use crate::policy::{Context, DefaultPolicy, Failure, FailureAction, Policy, Registration};
 use crate::proto::registration::registration_server::RegistrationServer;
-use crate::registration::socket::{SocketState, socket_path};
+use crate::registration::socket::{Bound, Generation, SocketState, socket_path};
 use crate::registration::{AuthorityFix, RegistrationService, RegistrationSocket, Verdict};
 use crate::{csi, validate};
 
@@ -259,7 +259,7 @@ pub async fn run_with(
         metrics: metrics.clone(),
         phase: PhaseTracker::new(status.clone()),
         current: None,
-        warned_replaced: false,
+        generation: Generation::now(),
     };
     slot.listen(&current.name, "startup")?;
 
@@ -567,15 +567,30 @@ struct Slot {
     metrics: Arc<Metrics>,
     phase: PhaseTracker,
     current: Option<Listening>,
-    warned_replaced: bool,
+    /// When this instance started: of two live instances, the newer keeps the path.
+    generation: Generation,
 }
 
 impl Slot {
-    /// (Re)creates `<dir>/<name>-reg.sock`, removing the previous socket first.
+    /// (Re)creates `<dir>/<name>-reg.sock` (see [`RegistrationSocket::bind`]
+    /// for how the path is taken over). The previous socket is dropped only
+    /// once the new one is in place: at the same path it was swapped out
+    /// atomically, under another name it is removed then.
     fn listen(&mut self, name: &str, reason: &'static str) -> Result<(), AppError> {
-        self.close();
         let path = socket_path(&self.dir, name);
-        self.current = Some(Listening::start(path.clone(), &self.conns)?);
+        let previous = self.current.as_ref().map(|l| &l.socket);
+        let Some(listening) =
+            Listening::start(path.clone(), self.generation, previous, &self.conns)?
+        else {
+            self.close();
+            tracing::warn!(socket = %path.display(), reason, "a newer instance's registration socket is at the path; leaving it to that instance");
+            return Ok(());
+        };
+        if let Some(mut previous) = self.current.replace(listening)
+            && previous.socket.path() == path
+        {
+            previous.socket.disown(); // swapped out and removed by the takeover
+        }
         self.metrics.socket_created(reason);
         self.phase.status.set_socket(path.clone(), name.to_owned());
         self.phase.kubelet(Phase::WaitingForKubelet);
@@ -594,16 +609,17 @@ impl Slot {
             return Ok(());
         };
         match current.socket.state() {
-            SocketState::Ours => self.warned_replaced = false,
+            SocketState::Ours => {}
             SocketState::Missing => {
                 tracing::warn!(socket = %current.socket.path().display(), "registration socket was deleted; re-creating it so the kubelet registers again");
                 self.listen(name, "deleted")?;
             }
-            SocketState::Replaced if !self.warned_replaced => {
-                self.warned_replaced = true;
-                tracing::warn!(socket = %current.socket.path().display(), "registration socket was replaced by another file (a newer instance?); leaving it alone");
+            SocketState::Replaced => {
+                // Another instance's socket: a newer one keeps it (and we stop
+                // watching); an older or dead one's is taken back.
+                tracing::info!(socket = %current.socket.path().display(), "registration socket was replaced by another instance's");
+                self.listen(name, "replaced")?;
             }
-            SocketState::Replaced => {}
         }
         Ok(())
     }
@@ -615,11 +631,17 @@ struct Listening {
     _accept: AbortOnDrop,
 }
 impl Listening {
+    /// `None`: a newer instance's live socket is at the path.
     fn start(
         path: PathBuf,
+        generation: Generation,
+        previous: Option<&RegistrationSocket>,
         conns: &mpsc::Sender<std::io::Result<KubeletConn>>,
-    ) -> Result<Self, AppError> {
-        let (socket, listener) = RegistrationSocket::bind(path)?;
+    ) -> Result<Option<Self>, AppError> {
+        let (socket, listener) = match RegistrationSocket::bind(path, generation, previous)? {
+            Bound::Ours(socket, listener) => (socket, listener),
+            Bound::Taken => return Ok(None),
+        };
         let conns = conns.clone();
         let accept = tokio::spawn(async move {
             loop {
@@ -636,10 +658,10 @@ impl Listening {
                 }
             }
         });
-        Ok(Listening {
+        Ok(Some(Listening {
             socket,
             _accept: AbortOnDrop(accept),
-        })
+        }))
     }
 }
 

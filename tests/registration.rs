@@ -389,7 +389,7 @@ async fn stale_socket_is_replaced() {
     assert!(
         registrar
             .log_text()
-            .contains("removing stale registration socket")
+            .contains("replaced the socket of a previous instance or a stale socket")
     );
     assert!(
         FakeKubelet::default()
@@ -474,13 +474,14 @@ async fn a_newer_instances_socket_survives_our_exit() {
     // A surge rollout: the new pod's registrar replaces the socket.
     let new = Registrar::spawn(&sb, &[]);
     assert!(
-        new.wait_log("removing stale registration socket").await,
+        new.wait_log("replaced the socket of a previous instance")
+            .await,
         "{}",
         new.log_text()
     );
     assert!(new.wait_log("registration socket ready").await);
     assert!(
-        old.wait_log("replaced by another file").await,
+        old.wait_log("leaving it to that instance").await,
         "{}",
         old.log_text()
     );
@@ -499,6 +500,109 @@ async fn a_newer_instances_socket_survives_our_exit() {
     );
     assert_eq!(new.stop().await, 0);
     assert!(!socket.exists());
+}
+
+/// A surge rollout, 200 times over: each new instance starts while the old one
+/// serves, takes the path over, and the old one's exit leaves it alone.
+#[tokio::test]
+async fn two_hundred_rollouts_never_fail_the_newer_instance() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let socket = sb.socket(DRIVER);
+    let mut old = Registrar::spawn(&sb, &[]);
+    assert!(old.wait_log("registration socket ready").await);
+    for round in 0..200 {
+        let new = Registrar::spawn(&sb, &[]);
+        assert!(
+            new.wait_log("registration socket ready").await,
+            "round {round}: the new instance did not take over:\n{}",
+            new.log_text()
+        );
+        assert_eq!(old.stop().await, 0, "round {round}");
+        assert!(
+            socket.exists(),
+            "round {round}: the old instance's exit took the new socket away"
+        );
+        old = new;
+    }
+    assert!(
+        FakeKubelet::default()
+            .register(&socket)
+            .await
+            .unwrap()
+            .sent
+            .plugin_registered
+    );
+    assert_eq!(old.stop().await, 0);
+    assert!(!socket.exists());
+    let left: Vec<_> = std::fs::read_dir(&sb.registry).unwrap().collect();
+    assert!(left.is_empty(), "temporary names left behind: {left:?}");
+}
+
+/// The socket is deleted while a newer instance takes over, at whatever
+/// moment the scheduler picks: the older instance may re-create it, but in the
+/// end the newer one owns the only socket, and the older one says it leaves
+/// it to that instance and does not remove it on exit.
+#[tokio::test]
+async fn a_deletion_during_a_takeover_leaves_the_newest_instance_owning_the_socket() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let socket = sb.socket(DRIVER);
+    for round in 0..40 {
+        let old = Registrar::spawn(&sb, &[]);
+        assert!(old.wait_log("registration socket ready").await);
+        let new = Registrar::spawn(&sb, &[]);
+        // Delete whatever is there right away or once the new instance is at
+        // work (round parity), so the deletion lands before, during or after
+        // the takeover.
+        if round % 2 == 1 {
+            let _ = wait_until(PATIENCE, || {
+                new.log_text().contains("connected to the CSI driver")
+            })
+            .await;
+        }
+        let _ = std::fs::remove_file(&socket);
+        assert!(
+            new.wait_log("registration socket ready").await,
+            "round {round}:\n{}",
+            new.log_text()
+        );
+        assert!(
+            old.wait_log("leaving it to that instance").await,
+            "round {round}: the older instance kept the path; old:\n{}\nnew:\n{}",
+            old.log_text(),
+            new.log_text()
+        );
+        let old_log = old.log.clone();
+        assert_eq!(old.stop().await, 0, "round {round}");
+        let old_log = std::fs::read_to_string(old_log).unwrap();
+        assert!(
+            !old_log.contains("registration socket removed"),
+            "round {round}: the older instance removed a socket on exit:\n{old_log}"
+        );
+        // The older instance is gone and removed nothing: what is at the path
+        // (now, or once the newer one re-created what the deletion took) is
+        // the newer instance's.
+        assert!(appears(&socket).await, "round {round}:\n{}", new.log_text());
+        assert!(
+            FakeKubelet::default()
+                .register(&socket)
+                .await
+                .unwrap()
+                .sent
+                .plugin_registered,
+            "round {round}"
+        );
+        assert_eq!(new.stop().await, 0, "round {round}");
+        assert!(
+            !socket.exists(),
+            "round {round}: the newer instance removes its own socket"
+        );
+    }
 }
 
 #[tokio::test]
