@@ -260,6 +260,7 @@ pub async fn run_with(
         phase: PhaseTracker::new(status.clone()),
         current: None,
         generation: Generation::now(),
+        standby: None,
     };
     slot.listen(&current.name, "startup")?;
 
@@ -569,6 +570,8 @@ struct Slot {
     current: Option<Listening>,
     /// When this instance started: of two live instances, the newer keeps the path.
     generation: Generation,
+    /// Set while a newer instance's socket holds our path.
+    standby: Option<PathBuf>,
 }
 
 impl Slot {
@@ -583,9 +586,11 @@ impl Slot {
             Listening::start(path.clone(), self.generation, previous, &self.conns)?
         else {
             self.close();
+            self.standby = Some(path.clone());
             tracing::warn!(socket = %path.display(), reason, "a newer instance's registration socket is at the path; leaving it to that instance");
             return Ok(());
         };
+        self.standby = None;
         if let Some(mut previous) = self.current.replace(listening)
             && previous.socket.path() == path
         {
@@ -606,6 +611,15 @@ impl Slot {
     /// Re-creates the socket if someone deleted it; leaves a newer instance's alone.
     fn reconcile(&mut self, name: &str) -> Result<(), AppError> {
         let Some(current) = &self.current else {
+            // Standing by for a newer instance: should its socket vanish (it
+            // exited, or the clocks disagree on which of us is newer), take the
+            // path back rather than leave the driver unregistered.
+            if let Some(path) = &self.standby
+                && !path.exists()
+            {
+                tracing::warn!(socket = %path.display(), "the newer instance's registration socket is gone; creating ours");
+                self.listen(name, "deleted")?;
+            }
             return Ok(());
         };
         match current.socket.state() {

@@ -11,7 +11,9 @@
 //! - [`app`]: the composition root: driver, policy, registration socket, HTTP; the
 //!   only place that decides to stop.
 //! - [`csi`]: the CSI driver client (connect with backoff, GetPluginInfo, Probe).
-//! - [`registration`]: the socket's life and the kubelet's `pluginregistration` service.
+//! - [`registration`]: the socket's life (atomic takeover), the kubelet's
+//!   `pluginregistration` service, and the layer that lets every gRPC client's
+//!   `:authority` through to h2.
 //! - [`policy`]: the [`policy::Policy`] trait, the built-in default, the TOML
 //!   config, the plugin chain and (feature `wasm`) the wasmtime host.
 //! - [`validate`]: the kubelet's and CSI spec's rules for names, versions and endpoints.

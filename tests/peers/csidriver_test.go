@@ -31,7 +31,7 @@ type csiDriver struct {
 
 // startCSIDriver serves Identity and Node on socket until the test ends or
 // stop is called.
-func startCSIDriver(t *testing.T, socket, name, version, nodeID string) *csiDriver {
+func startCSIDriver(t testing.TB, socket, name, version, nodeID string) *csiDriver {
 	t.Helper()
 	_ = os.Remove(socket)
 	l, err := net.Listen("unix", socket)

@@ -19,7 +19,7 @@ import (
 const patience = 30 * time.Second
 
 type registrar struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	log  []string
@@ -28,7 +28,7 @@ type registrar struct {
 	err  error
 }
 
-func registrarBin(t *testing.T) string {
+func registrarBin(t testing.TB) string {
 	bin := os.Getenv("REGISTRAR_BIN")
 	if bin == "" {
 		t.Fatal("REGISTRAR_BIN is not set: build the registrar (cargo build) and point REGISTRAR_BIN at it, or run scripts/test")
@@ -40,7 +40,7 @@ func registrarBin(t *testing.T) string {
 	return abs
 }
 
-func startRegistrar(t *testing.T, args ...string) *registrar {
+func startRegistrar(t testing.TB, args ...string) *registrar {
 	t.Helper()
 	cmd := exec.Command(registrarBin(t), args...)
 	cmd.Env = append(os.Environ(), "KUBE_NODE_NAME=node-1")
