@@ -63,7 +63,7 @@ fn cpu_ns(pid: u32) -> u64 {
 }
 
 async fn get_info(socket: &Path) -> Option<String> {
-    let channel = csi_node_driver_registrar::csi::channel(socket).await.ok()?;
+    let channel = csi_node_driver_registrar::uds::channel(socket).await.ok()?;
     let info = RegistrationClient::new(channel)
         .get_info(InfoRequest {})
         .await
@@ -224,7 +224,7 @@ async fn main() {
 
     // GetInfo latency on one connection, as a kubelet that keeps it open.
     let run = start(&sb, &[], &socket).await;
-    let channel = csi_node_driver_registrar::csi::channel(&socket)
+    let channel = csi_node_driver_registrar::uds::channel(&socket)
         .await
         .unwrap();
     let mut client = RegistrationClient::new(channel);

@@ -3,15 +3,16 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
-use crate::proto::csi::{GetPluginInfoRequest, ProbeRequest, identity_client::IdentityClient};
+use crate::uds::channel;
+
+use crate::proto::csi::{GetPluginInfoRequest, identity_client::IdentityClient};
 
 /// How often a "still connecting" line is logged while the driver is away.
-pub const STILL_CONNECTING_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const STILL_CONNECTING_EVERY: Duration = Duration::from_secs(10);
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_CAP: Duration = Duration::from_secs(1);
 
@@ -29,13 +30,11 @@ pub enum CsiError {
     Rpc(#[from] tonic::Status),
     #[error("GetPluginInfo did not answer within {0:?} (--timeout)")]
     Timeout(Duration),
-    #[error("Probe failed: {0}")]
-    Probe(String),
 }
 
 /// Turns `--csi-address` into a socket path: a bare path or `unix://` + path
 /// (`unix:///csi/csi.sock` and `unix:/csi/csi.sock` both name `/csi/csi.sock`).
-pub fn socket_path(address: &str) -> Result<PathBuf, CsiError> {
+pub(crate) fn socket_path(address: &str) -> Result<PathBuf, CsiError> {
     let path = if let Some(rest) = address.strip_prefix("unix://") {
         rest
     } else if let Some(rest) = address.strip_prefix("unix:") {
@@ -51,23 +50,9 @@ pub fn socket_path(address: &str) -> Result<PathBuf, CsiError> {
     Ok(PathBuf::from(path))
 }
 
-/// A gRPC channel over a unix socket. It reconnects on its own after the
-/// driver restarts.
-pub async fn channel(path: &Path) -> std::io::Result<Channel> {
-    let path = path.to_owned();
-    // The URI is required by the API but unused: the connector dials the socket.
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { UnixStream::connect(path).await.map(TokioIo::new) }
-        }))
-        .await
-        .map_err(std::io::Error::other)
-}
-
 /// Connects to the driver, retrying with backoff (capped at 1 s) until it answers
 /// or `wait` runs out (`None`: forever). Logs the real dial error every 10 s.
-pub async fn connect(path: &Path, wait: Option<Duration>) -> Result<Channel, CsiError> {
+pub(crate) async fn connect(path: &Path, wait: Option<Duration>) -> Result<Channel, CsiError> {
     let start = Instant::now();
     let mut backoff = BACKOFF_START;
     let mut next_log = start + STILL_CONNECTING_EVERY;
@@ -111,13 +96,16 @@ pub async fn connect(path: &Path, wait: Option<Duration>) -> Result<Channel, Csi
 
 /// The driver's `GetPluginInfo` answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginInfo {
+pub(crate) struct PluginInfo {
     pub name: String,
     pub vendor_version: String,
 }
 
 /// `Identity/GetPluginInfo` under `timeout`.
-pub async fn get_plugin_info(channel: &Channel, timeout: Duration) -> Result<PluginInfo, CsiError> {
+pub(crate) async fn get_plugin_info(
+    channel: &Channel,
+    timeout: Duration,
+) -> Result<PluginInfo, CsiError> {
     let mut client = IdentityClient::new(channel.clone());
     let mut request = tonic::Request::new(GetPluginInfoRequest {});
     request.set_timeout(timeout);
@@ -142,23 +130,6 @@ pub async fn get_plugin_info(channel: &Channel, timeout: Duration) -> Result<Plu
 fn is_deadline(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::DeadlineExceeded
         || (status.code() == tonic::Code::Cancelled && status.message() == "Timeout expired")
-}
-
-/// `Identity/Probe` under `timeout`: Ok when the driver answers and does not
-/// report itself not ready.
-pub async fn probe(channel: &Channel, timeout: Duration) -> Result<(), CsiError> {
-    let mut client = IdentityClient::new(channel.clone());
-    let mut request = tonic::Request::new(ProbeRequest {});
-    request.set_timeout(timeout);
-    let response = tokio::time::timeout(timeout, client.probe(request))
-        .await
-        .map_err(|_| CsiError::Probe(format!("no answer within {timeout:?}")))?
-        .map_err(|s| CsiError::Probe(s.to_string()))?
-        .into_inner();
-    match response.ready {
-        Some(false) => Err(CsiError::Probe("driver reports not ready".into())),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]

@@ -8,16 +8,17 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::app::{self, Config};
+use crate::app;
+use crate::config::Config;
 use crate::health::Status;
 use crate::metrics::Metrics;
 use crate::standins::{DriverCall, DriverSpec, FakeDriver, FakeKubelet, wait_until};
 
 /// The driver name the stand-in reports.
-pub const DEMO_DRIVER: &str = "hostpath.csi.k8s.io";
+pub(crate) const DEMO_DRIVER: &str = "hostpath.csi.k8s.io";
 
 /// Runs one registration end to end, with the policy file if one is given.
-pub async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
+pub(crate) async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new()
         .prefix("registrar-demo-")
         .tempdir()?;

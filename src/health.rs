@@ -1,7 +1,6 @@
 //! The HTTP server: `/healthz` as upstream answers it, `/readyz` tied to the
 //! kubelet's verdict, and `/metrics`.
 
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -13,8 +12,9 @@ use axum::routing::get;
 
 use crate::metrics::Metrics;
 use crate::proto::registration::{InfoRequest, registration_client::RegistrationClient};
+use crate::registration::Advertised;
 
-/// Where the registration stands, for `/readyz` and `/healthz`.
+/// Where the registration stands, for `/readyz`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
     /// The CSI driver has not answered yet.
@@ -24,45 +24,88 @@ pub enum Phase {
     Registered,
     /// The kubelet refused; the failure policy is handling it.
     Rejected(String),
-    /// The driver stopped answering Probe after it was registered.
+    /// The driver stopped answering after it was registered.
     DriverUnreachable(String),
 }
 
-/// What the HTTP handlers read; the composition root writes it.
+/// What the HTTP handlers read; the composition root writes it. The phase is
+/// derived: the kubelet's side, unless the driver is away.
 #[derive(Debug)]
 pub struct Status {
-    phase: RwLock<Phase>,
-    /// The registration socket and the driver name a GetInfo over it must return.
-    socket: RwLock<Option<(PathBuf, String)>>,
+    kubelet: RwLock<Phase>,
+    driver_down: RwLock<Option<String>>,
+    /// What is advertised and on which socket: the one record the
+    /// registration service answers from too.
+    advertised: Arc<Advertised>,
 }
 
 impl Default for Status {
     fn default() -> Self {
         Status {
-            phase: RwLock::new(Phase::WaitingForDriver),
-            socket: RwLock::new(None),
+            kubelet: RwLock::new(Phase::WaitingForDriver),
+            driver_down: RwLock::new(None),
+            advertised: Arc::default(),
         }
     }
 }
 
 impl Status {
+    /// The kubelet's side of the phase.
     pub fn set_phase(&self, phase: Phase) {
-        *self.phase.write().unwrap_or_else(|e| e.into_inner()) = phase;
+        *self.kubelet.write().unwrap_or_else(|e| e.into_inner()) = phase;
+    }
+
+    /// Records whether the driver answers (`Some(error)`: it does not);
+    /// returns whether it was already down.
+    pub fn set_driver_down(&self, error: Option<String>) -> bool {
+        std::mem::replace(
+            &mut *self.driver_down.write().unwrap_or_else(|e| e.into_inner()),
+            error,
+        )
+        .is_some()
     }
 
     pub fn phase(&self) -> Phase {
-        self.phase.read().unwrap_or_else(|e| e.into_inner()).clone()
+        match &*self.driver_down.read().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Phase::DriverUnreachable(e.clone()),
+            None => self
+                .kubelet
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
     }
 
-    pub fn set_socket(&self, path: PathBuf, driver_name: String) {
-        *self.socket.write().unwrap_or_else(|e| e.into_inner()) = Some((path, driver_name));
+    pub fn advertised(&self) -> Arc<Advertised> {
+        self.advertised.clone()
     }
+}
 
-    fn socket(&self) -> Option<(PathBuf, String)> {
-        self.socket
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+/// The HTTP server could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on --http-endpoint {address}: {source}")]
+pub struct HttpError {
+    address: String,
+    #[source]
+    source: std::io::Error,
+}
+
+/// Binds Go-style addresses: `:9809` means every interface.
+pub async fn bind_http(address: &str) -> Result<tokio::net::TcpListener, HttpError> {
+    let err = |source| HttpError {
+        address: address.to_owned(),
+        source,
+    };
+    if let Some(port) = address.strip_prefix(':') {
+        // Dual-stack first; fall back to IPv4 where IPv6 is disabled.
+        match tokio::net::TcpListener::bind(format!("[::]:{port}")).await {
+            Ok(l) => Ok(l),
+            Err(_) => tokio::net::TcpListener::bind(format!("0.0.0.0:{port}"))
+                .await
+                .map_err(err),
+        }
+    } else {
+        tokio::net::TcpListener::bind(address).await.map_err(err)
     }
 }
 
@@ -96,9 +139,10 @@ pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io
 /// process is doing its job, so that phase answers 200 (readiness says
 /// not-ready): a liveness probe must not kill a registrar waiting for a slow driver.
 async fn healthz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
-    let Some((path, name)) = s.status.socket() else {
+    let Some(published) = s.status.advertised.get() else {
         return (StatusCode::OK, "ok: waiting for the CSI driver".into());
     };
+    let (path, name) = (published.socket, published.registration.name);
     match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return (
@@ -110,7 +154,7 @@ async fn healthz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
         Ok(_) => {}
     }
     let check = async {
-        let channel = crate::csi::channel(&path).await.map_err(|e| {
+        let channel = crate::uds::channel(&path).await.map_err(|e| {
             format!(
                 "failed to connect to registration socket {}: {e}",
                 path.display()

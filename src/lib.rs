@@ -7,24 +7,32 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: upstream-compatible flags (`-flag` and `--flag`, Go durations).
-//! - [`app`]: the composition root: driver, policy, registration socket, HTTP; the
+//! - [`cli`]: upstream-compatible flags (`-flag` and `--flag`, Go durations);
+//!   [`config`]: those flags checked into a [`config::Config`].
+//! - [`app`]: the composition root: `run` wires the driver, the policy, the
+//!   registration socket and HTTP, and a `Registrar` handles each event; the
 //!   only place that decides to stop.
-//! - [`csi`]: the CSI driver client (connect with backoff, GetPluginInfo, Probe).
-//! - [`registration`]: the socket's life (atomic takeover), the kubelet's
-//!   `pluginregistration` service, and the layer that lets every gRPC client's
-//!   `:authority` through to h2.
+//! - `csi`: the CSI driver client (connect with backoff, GetPluginInfo);
+//!   [`uds`]: gRPC over a unix socket.
+//! - [`registration`]: the socket's whole life (atomic takeover, re-creation,
+//!   the directory watch), the kubelet's `pluginregistration` service, the
+//!   layer that lets every gRPC client's `:authority` through to h2, and
+//!   [`registration::Advertised`], the one record of what is advertised.
 //! - [`policy`]: the [`policy::Policy`] trait, the built-in default, the TOML
 //!   config, the plugin chain and (feature `wasm`) the wasmtime host.
 //! - [`validate`]: the kubelet's and CSI spec's rules for names, versions and endpoints.
-//! - [`health`]: `/healthz`, `/readyz` and `/metrics`; [`metrics`]: the counters.
+//! - [`health`]: `/healthz`, `/readyz` and `/metrics` (the phase is derived
+//!   there); [`metrics`]: the counters.
 //! - [`standins`]: a CSI driver and a kubelet built from the same protos, for the
 //!   demo and the tests.
 
+#![warn(unreachable_pub)]
+
 pub mod app;
 pub mod cli;
-pub mod csi;
-pub mod demo;
+pub mod config;
+mod csi;
+mod demo;
 pub mod health;
 pub mod logging;
 pub mod metrics;
@@ -34,6 +42,7 @@ pub mod registration;
 pub mod signal;
 pub mod standins;
 pub mod tools;
+pub mod uds;
 pub mod validate;
 
 /// The version printed by `--version`.

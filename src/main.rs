@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use csi_node_driver_registrar::{VERSION, app, cli, logging, registration, signal, tools};
+use csi_node_driver_registrar::{VERSION, app, cli, config, logging, registration, signal, tools};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -34,9 +34,9 @@ fn main() -> ExitCode {
     tracing::info!(version = VERSION, "csi-node-driver-registrar starting");
 
     let node_name = std::env::var("KUBE_NODE_NAME").unwrap_or_default();
-    let config = match app::Config::from_flags(&flags, node_name) {
-        Ok(app::Start::Run(config)) => *config,
-        Ok(app::Start::ExitOk) => return ExitCode::SUCCESS,
+    let config = match config::Config::from_flags(&flags, node_name) {
+        Ok(config::Start::Run(config)) => *config,
+        Ok(config::Start::ExitOk) => return ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::FAILURE;

@@ -242,7 +242,7 @@ impl FakeKubelet {
 
     /// One pass of `GenerateRegisterPluginFunc` on a socket.
     pub async fn register(&self, socket: &Path) -> Result<Attempt, String> {
-        let channel = tokio::time::timeout(KUBELET_DIAL_TIMEOUT, crate::csi::channel(socket))
+        let channel = tokio::time::timeout(KUBELET_DIAL_TIMEOUT, crate::uds::channel(socket))
             .await
             .map_err(|_| format!("dial failed at socket {}: timed out", socket.display()))?
             .map_err(|e| {
@@ -341,7 +341,7 @@ impl FakeKubelet {
             return Err(refusal.clone());
         }
         let highest = self.validate(info)?;
-        let channel = crate::csi::channel(Path::new(&info.endpoint))
+        let channel = crate::uds::channel(Path::new(&info.endpoint))
             .await
             .map_err(|e| format!("rpc error: code = Unavailable desc = connection error: {e}"))?;
         let node = NodeClient::new(channel)

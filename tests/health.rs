@@ -11,7 +11,7 @@ use csi_node_driver_registrar::health::{self, Phase, Status};
 use csi_node_driver_registrar::metrics::Metrics;
 use csi_node_driver_registrar::policy::Registration;
 use csi_node_driver_registrar::proto::registration::registration_server::RegistrationServer;
-use csi_node_driver_registrar::registration::RegistrationService;
+use csi_node_driver_registrar::registration::{Advertised, Published, RegistrationService};
 use tokio_stream::wrappers::UnixListenerStream;
 
 /// Serves the router on a loopback port; returns the port.
@@ -23,15 +23,24 @@ async fn serve(status: Arc<Status>) -> u16 {
     port
 }
 
+/// Advertises the registration of driver `name` on the socket at `path`.
+fn publish(advertised: &Advertised, path: &std::path::Path, name: &str) {
+    advertised.publish(Published {
+        registration: Registration {
+            name: name.into(),
+            endpoint: "/csi/csi.sock".into(),
+            supported_versions: vec!["1.0.0".into()],
+        },
+        socket: path.to_owned(),
+    });
+}
+
 /// A registration service answering for `name` on a unix socket at `path`.
 async fn registration_socket(path: &std::path::Path, name: &str) {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let registration = Registration {
-        name: name.into(),
-        endpoint: "/csi/csi.sock".into(),
-        supported_versions: vec!["1.0.0".into()],
-    };
-    let service = RegistrationService::new(&registration, tx, Arc::new(Metrics::new()));
+    let advertised = Arc::new(Advertised::default());
+    publish(&advertised, path, name);
+    let service = RegistrationService::new(advertised, tx, Arc::new(Metrics::new()));
     let listener = tokio::net::UnixListener::bind(path).unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -54,7 +63,7 @@ async fn healthz_answers() {
 
     // The socket file is gone: upstream's 404.
     let path = dir.path().join("d.csi.io-reg.sock");
-    status.set_socket(path.clone(), "d.csi.io".into());
+    publish(&status.advertised(), &path, "d.csi.io");
     assert_eq!(
         http_get(port, "/healthz").await,
         Some((404, "registration socket does not exist".into()))
@@ -67,7 +76,7 @@ async fn healthz_answers() {
     // It answers for another name: 500 with the reason.
     let other = dir.path().join("other-reg.sock");
     registration_socket(&other, "other.csi.io").await;
-    status.set_socket(other, "d.csi.io".into());
+    publish(&status.advertised(), &other, "d.csi.io");
     let (code, body) = http_get(port, "/healthz").await.unwrap();
     assert_eq!(code, 500);
     assert_eq!(
@@ -78,7 +87,7 @@ async fn healthz_answers() {
     // Something that is not a listening socket: 500, cannot connect.
     let file = dir.path().join("file-reg.sock");
     std::fs::write(&file, "").unwrap();
-    status.set_socket(file, "d.csi.io".into());
+    publish(&status.advertised(), &file, "d.csi.io");
     let (code, body) = http_get(port, "/healthz").await.unwrap();
     assert_eq!(code, 500);
     assert!(

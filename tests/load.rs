@@ -33,7 +33,7 @@ async fn round(socket: &std::path::Path, port: u16) -> Vec<String> {
     for _ in 0..CLIENTS {
         let socket = socket.to_owned();
         tasks.spawn(async move {
-            let channel = csi_node_driver_registrar::csi::channel(&socket)
+            let channel = csi_node_driver_registrar::uds::channel(&socket)
                 .await
                 .map_err(|e| e.to_string())?;
             let mut client = RegistrationClient::new(channel);

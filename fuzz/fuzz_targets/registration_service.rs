@@ -9,7 +9,7 @@ use csi_node_driver_registrar::metrics::Metrics;
 use csi_node_driver_registrar::policy::Registration;
 use csi_node_driver_registrar::proto::registration::registration_server::Registration as _;
 use csi_node_driver_registrar::proto::registration::{InfoRequest, RegistrationStatus};
-use csi_node_driver_registrar::registration::RegistrationService;
+use csi_node_driver_registrar::registration::{Advertised, Published, RegistrationService};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 
@@ -30,7 +30,12 @@ fuzz_target!(|data: &[u8]| {
         supported_versions: vec!["1.0.0".into()],
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let service = RegistrationService::new(&registration, tx, Arc::new(Metrics::new()));
+    let advertised = Arc::new(Advertised::default());
+    advertised.publish(Published {
+        registration: registration.clone(),
+        socket: "/var/lib/kubelet/plugins_registry/fuzz.csi.io-reg.sock".into(),
+    });
+    let service = RegistrationService::new(advertised, tx, Arc::new(Metrics::new()));
     runtime().block_on(async {
         if let Ok(status) = status {
             let reply = service.notify_registration_status(tonic::Request::new(status.clone())).await;

@@ -1,14 +1,15 @@
 //! The kubelet's `pluginregistration.Registration` service.
 //!
-//! `GetInfo` answers at once from the decisions made at start-up. The handlers
+//! `GetInfo` answers at once from the decision being advertised. The handlers
 //! never act on a verdict themselves: `NotifyRegistrationStatus` reports it on a
 //! channel and replies; the composition root decides what happens next.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
+use super::Advertised;
 use crate::metrics::Metrics;
 use crate::policy::Registration;
 use crate::proto::registration::{
@@ -29,27 +30,22 @@ pub struct Verdict {
 /// The service, shared by every connection.
 #[derive(Clone)]
 pub struct RegistrationService {
-    info: Arc<RwLock<PluginInfo>>,
+    advertised: Arc<Advertised>,
     verdicts: mpsc::UnboundedSender<Verdict>,
     metrics: Arc<Metrics>,
 }
 
 impl RegistrationService {
     pub fn new(
-        registration: &Registration,
+        advertised: Arc<Advertised>,
         verdicts: mpsc::UnboundedSender<Verdict>,
         metrics: Arc<Metrics>,
     ) -> Self {
         RegistrationService {
-            info: Arc::new(RwLock::new(plugin_info(registration))),
+            advertised,
             verdicts,
             metrics,
         }
-    }
-
-    /// Replaces the answer (after a driver change or a policy reload).
-    pub fn set_registration(&self, registration: &Registration) {
-        *self.info.write().unwrap_or_else(|e| e.into_inner()) = plugin_info(registration);
     }
 }
 
@@ -66,7 +62,10 @@ fn plugin_info(r: &Registration) -> PluginInfo {
 impl RegistrationApi for RegistrationService {
     async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
         self.metrics.get_info();
-        let info = self.info.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(published) = self.advertised.get() else {
+            return Err(Status::unavailable("no registration decided yet"));
+        };
+        let info = plugin_info(&published.registration);
         tracing::info!(name = %info.name, endpoint = %info.endpoint, versions = ?info.supported_versions, "received GetInfo call");
         Ok(Response::new(info))
     }

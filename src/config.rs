@@ -1,0 +1,100 @@
+//! The registrar's configuration: upstream's flags checked in upstream's order.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::{Flags, MODE_REGISTRATION_PROBE};
+use crate::csi;
+
+/// Everything the registrar needs to run, checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `--csi-address` as given (for the policy context).
+    pub csi_address: String,
+    pub csi_socket: PathBuf,
+    pub kubelet_registration_path: String,
+    pub plugin_registration_path: PathBuf,
+    pub timeout: Duration,
+    /// TCP address for the HTTP server.
+    pub http_endpoint: Option<String>,
+    /// `None`: wait for the driver forever.
+    pub driver_wait: Option<Duration>,
+    /// How often the driver is probed after registration (`None`: never).
+    pub probe_interval: Option<Duration>,
+    pub node_name: String,
+    pub policy_config: Option<PathBuf>,
+}
+
+/// Flags that cannot be run with (exit code 1, as upstream).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("kubelet-registration-path is a required parameter")]
+    MissingRegistrationPath,
+    #[error("only one of `--health-port` and `--http-endpoint` can be set")]
+    HealthPortAndEndpoint,
+    #[error(transparent)]
+    CsiAddress(#[from] csi::CsiError),
+}
+
+/// What `main` should do after flag parsing.
+#[derive(Debug)]
+pub enum Start {
+    Run(Box<Config>),
+    /// `--version` or the probe mode: print nothing more, exit 0.
+    ExitOk,
+}
+
+impl Config {
+    /// Upstream's start-up checks, in upstream's order. `node_name` comes from
+    /// `KUBE_NODE_NAME`, read by `main` so that tests never touch the environment.
+    pub fn from_flags(flags: &Flags, node_name: String) -> Result<Start, ConfigError> {
+        if flags.kubelet_registration_path.is_empty() {
+            return Err(ConfigError::MissingRegistrationPath);
+        }
+        if flags.health_port > 0 && !flags.http_endpoint.is_empty() {
+            return Err(ConfigError::HealthPortAndEndpoint);
+        }
+        if flags.mode == MODE_REGISTRATION_PROBE {
+            tracing::info!(
+                "--mode=kubelet-registration-probe is deprecated and does nothing; exiting 0"
+            );
+            return Ok(Start::ExitOk);
+        }
+        if flags.connection_timeout > Duration::ZERO {
+            tracing::warn!("--connection-timeout is deprecated and has no effect");
+        }
+        if flags.automaxprocs {
+            tracing::info!("--automaxprocs is Go-specific and has no effect here");
+        }
+        if flags.enable_pprof {
+            tracing::info!(
+                "--enable-pprof: Go's pprof endpoints do not exist in this registrar; /metrics is served instead"
+            );
+        }
+        if !flags.ignored.is_empty() {
+            tracing::warn!(args = ?flags.ignored, "ignoring arguments after the flags");
+        }
+        let http_endpoint = if flags.health_port > 0 {
+            Some(format!(":{}", flags.health_port))
+        } else if flags.http_endpoint.is_empty() {
+            None
+        } else {
+            Some(flags.http_endpoint.clone())
+        };
+        Ok(Start::Run(Box::new(Config {
+            csi_address: flags.csi_address.clone(),
+            csi_socket: csi::socket_path(&flags.csi_address)?,
+            kubelet_registration_path: flags.kubelet_registration_path.clone(),
+            plugin_registration_path: flags.plugin_registration_path.clone(),
+            timeout: flags.timeout,
+            http_endpoint,
+            driver_wait: (!flags.driver_wait_timeout.is_zero())
+                .then_some(flags.driver_wait_timeout),
+            probe_interval: (!flags.driver_probe_interval.is_zero())
+                .then_some(flags.driver_probe_interval),
+            node_name,
+            policy_config: (!flags.policy_config.is_empty())
+                .then(|| PathBuf::from(&flags.policy_config)),
+        })))
+    }
+}

@@ -1,0 +1,277 @@
+//! The registration socket the registrar serves: created for a decided
+//! registration, re-created after a deletion, left to a newer instance, and
+//! the watch on the registration directory that notices all of that.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+
+use super::socket::{Bound, Generation, SocketState, socket_path};
+use super::{Advertised, AuthorityFix, Published, RegistrationSocket, SocketError};
+use crate::metrics::Metrics;
+use crate::policy::Registration;
+
+/// How often the registration socket is checked for deletion when inotify is
+/// not available.
+pub(crate) const RECONCILE_EVERY: Duration = Duration::from_millis(500);
+/// With inotify, a slow check as a safety net (a watch lost with its directory).
+pub(crate) const RECONCILE_FALLBACK: Duration = Duration::from_secs(10);
+
+/// A kubelet connection: any client's `:authority` gets through to h2.
+pub(crate) type KubeletConn = AuthorityFix<UnixStream>;
+
+/// What a (re)creation ended in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listened {
+    /// Our socket is at the path, waiting for the kubelet.
+    Serving,
+    /// A newer instance's socket is at the path; we stand by.
+    StandingBy,
+}
+
+/// The only code that creates, re-creates or removes the registration socket.
+pub(crate) struct Slot {
+    dir: PathBuf,
+    conns: mpsc::Sender<std::io::Result<KubeletConn>>,
+    metrics: Arc<Metrics>,
+    advertised: Arc<Advertised>,
+    current: Option<Listening>,
+    /// When this instance started: of two live instances, the newer keeps the path.
+    generation: Generation,
+    /// Set while a newer instance's socket holds our path.
+    standby: Option<PathBuf>,
+    events: Option<RegistryEvents>,
+    reconcile: tokio::time::Interval,
+}
+
+impl Slot {
+    /// Watches `dir`; accepted connections go to `conns`, and the
+    /// registration being served is published in `advertised`.
+    pub(crate) fn new(
+        dir: PathBuf,
+        conns: mpsc::Sender<std::io::Result<KubeletConn>>,
+        metrics: Arc<Metrics>,
+        advertised: Arc<Advertised>,
+    ) -> Self {
+        // Deletions are noticed by inotify at once and without waking up
+        // while idle; the interval is the safety net, or the mechanism
+        // without inotify.
+        let events = watch_registry(&dir);
+        let reconcile = reconcile_interval(events.is_some());
+        Slot {
+            dir,
+            conns,
+            metrics,
+            advertised,
+            current: None,
+            generation: Generation::now(),
+            standby: None,
+            events,
+            reconcile,
+        }
+    }
+
+    /// (Re)creates `<dir>/<name>-reg.sock` for `registration` (see
+    /// [`RegistrationSocket::bind`] for how the path is taken over). The
+    /// previous socket is dropped only once the new one is in place: at the
+    /// same path it was swapped out atomically, under another name it is
+    /// removed then.
+    pub(crate) fn listen(
+        &mut self,
+        registration: &Registration,
+        reason: &'static str,
+    ) -> Result<Listened, SocketError> {
+        let path = socket_path(&self.dir, &registration.name);
+        let previous = self.current.as_ref().map(|l| &l.socket);
+        let Some(listening) =
+            Listening::start(path.clone(), self.generation, previous, &self.conns)?
+        else {
+            self.close();
+            self.standby = Some(path.clone());
+            self.advertised.publish(Published {
+                registration: registration.clone(),
+                socket: path.clone(),
+            });
+            tracing::warn!(socket = %path.display(), reason, "a newer instance's registration socket is at the path; leaving it to that instance");
+            return Ok(Listened::StandingBy);
+        };
+        self.standby = None;
+        if let Some(mut previous) = self.current.replace(listening)
+            && previous.socket.path() == path
+        {
+            previous.socket.disown(); // swapped out and removed by the takeover
+        }
+        self.advertised.publish(Published {
+            registration: registration.clone(),
+            socket: path.clone(),
+        });
+        self.metrics.socket_created(reason);
+        tracing::info!(socket = %path.display(), reason, "registration socket ready; waiting for the kubelet");
+        Ok(Listened::Serving)
+    }
+
+    /// Removes the socket (if it is still ours): the kubelet deregisters.
+    pub(crate) fn close(&mut self) {
+        self.current = None;
+    }
+
+    /// Waits for the next reason to look at the directory: an inotify event,
+    /// or the interval. Cancel-safe, for `select!`.
+    pub(crate) async fn changed(&mut self) {
+        tokio::select! {
+            _ = self.reconcile.tick() => {}
+            event = next_event(&mut self.events) => match event {
+                Ok(false) => {}
+                Ok(true) => {
+                    // The directory itself was removed or replaced: watch it anew.
+                    self.events = watch_registry(&self.dir);
+                    self.reconcile = reconcile_interval(self.events.is_some());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching the registration directory failed; polling instead");
+                    self.events = None;
+                    self.reconcile = reconcile_interval(false);
+                }
+            },
+        }
+    }
+
+    /// Re-creates the socket if someone deleted it; leaves a newer instance's
+    /// alone, and takes the path back from an older or dead one. `Some` when
+    /// the socket was (re)created or given up.
+    pub(crate) fn reconcile(&mut self) -> Result<Option<Listened>, SocketError> {
+        let Some(registration) = self.advertised.get().map(|p| p.registration) else {
+            return Ok(None);
+        };
+        let Some(current) = &self.current else {
+            // Standing by for a newer instance: should its socket vanish (it
+            // exited, or the clocks disagree on which of us is newer), take the
+            // path back rather than leave the driver unregistered.
+            if let Some(path) = &self.standby
+                && !path.exists()
+            {
+                tracing::warn!(socket = %path.display(), "the newer instance's registration socket is gone; creating ours");
+                return self.listen(&registration, "deleted").map(Some);
+            }
+            return Ok(None);
+        };
+        match current.socket.state() {
+            SocketState::Ours => Ok(None),
+            SocketState::Missing => {
+                tracing::warn!(socket = %current.socket.path().display(), "registration socket was deleted; re-creating it so the kubelet registers again");
+                self.listen(&registration, "deleted").map(Some)
+            }
+            SocketState::Replaced => {
+                // Another instance's socket: a newer one keeps it (and we stand
+                // by); an older or dead one's is taken back.
+                tracing::info!(socket = %current.socket.path().display(), "registration socket was replaced by another instance's");
+                self.listen(&registration, "replaced").map(Some)
+            }
+        }
+    }
+}
+
+/// A bound registration socket and the task feeding its connections to the server.
+struct Listening {
+    socket: RegistrationSocket,
+    _accept: AbortOnDrop,
+}
+
+impl Listening {
+    /// `None`: a newer instance's live socket is at the path.
+    fn start(
+        path: PathBuf,
+        generation: Generation,
+        previous: Option<&RegistrationSocket>,
+        conns: &mpsc::Sender<std::io::Result<KubeletConn>>,
+    ) -> Result<Option<Self>, SocketError> {
+        let (socket, listener) = match RegistrationSocket::bind(path, generation, previous)? {
+            Bound::Ours(socket, listener) => (socket, listener),
+            Bound::Taken => return Ok(None),
+        };
+        let conns = conns.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let conn = listener
+                    .accept()
+                    .await
+                    .map(|(stream, _)| AuthorityFix::new(stream));
+                if let Err(e) = &conn {
+                    tracing::warn!(error = %e, "accepting a kubelet connection failed");
+                    continue;
+                }
+                if conns.send(conn).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Some(Listening {
+            socket,
+            _accept: AbortOnDrop(accept),
+        }))
+    }
+}
+
+/// A task that ends with its owner.
+pub(crate) struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+type RegistryEvents = inotify::EventStream<[u8; 1024]>;
+
+/// Watches the registration directory for entries removed or replaced.
+fn watch_registry(dir: &Path) -> Option<RegistryEvents> {
+    use inotify::{Inotify, WatchMask};
+    let watch = || -> std::io::Result<RegistryEvents> {
+        let inotify = Inotify::init()?;
+        inotify.watches().add(
+            dir,
+            WatchMask::DELETE
+                | WatchMask::MOVED_FROM
+                | WatchMask::MOVED_TO
+                | WatchMask::CREATE
+                | WatchMask::DELETE_SELF
+                | WatchMask::MOVE_SELF,
+        )?;
+        inotify.into_event_stream([0u8; 1024])
+    };
+    watch()
+        .inspect_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the registration directory; polling it instead"))
+        .ok()
+}
+
+fn reconcile_interval(watched: bool) -> tokio::time::Interval {
+    let period = if watched {
+        RECONCILE_FALLBACK
+    } else {
+        RECONCILE_EVERY
+    };
+    let mut interval = tokio::time::interval_at(Instant::now() + period, period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
+}
+
+/// The next directory event: `Ok(true)` when the directory itself went away.
+/// Never resolves without a watch.
+async fn next_event(events: &mut Option<RegistryEvents>) -> std::io::Result<bool> {
+    use inotify::EventMask;
+    let Some(stream) = events else {
+        return std::future::pending().await;
+    };
+    match stream.next().await {
+        Some(Ok(event)) => Ok(event
+            .mask
+            .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)),
+        Some(Err(e)) => Err(e),
+        None => Err(std::io::Error::other("inotify stream ended")),
+    }
+}
