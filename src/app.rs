@@ -63,14 +63,14 @@ pub fn load_policy(config: &Config, metrics: &Arc<Metrics>) -> Result<Arc<dyn Po
     };
     let policy = PolicyConfig::from_file(path)?;
     if policy.plugins.is_empty() {
-        tracing::info!(file = %path.display(), "policy file names no plugins; using the built-in policy");
+        tracing::info!(file = %path.display(), "Policy file names no plugins; using the built-in policy");
         return Ok(Arc::new(DefaultPolicy));
     }
     #[cfg(feature = "wasm")]
     {
         let chain = crate::policy::wasm::load_chain(&policy, metrics.clone())
             .map_err(|e| AppError::PolicyLoad(e.to_string()))?;
-        tracing::info!(plugins = ?chain.plugin_ids(), "policy plugins loaded");
+        tracing::info!(plugins = ?chain.plugin_ids(), "Policy plugins loaded");
         Ok(Arc::new(chain))
     }
     #[cfg(not(feature = "wasm"))]
@@ -80,6 +80,26 @@ pub fn load_policy(config: &Config, metrics: &Arc<Metrics>) -> Result<Arc<dyn Po
             "policy file {} names plugins, but this build has no WebAssembly policy host (built without the `wasm` feature)",
             path.display()
         )))
+    }
+}
+
+/// Logs why the registrar stops with exit code 1, with upstream's message
+/// where upstream has one for that failure.
+pub fn log_failure(e: &AppError) {
+    use crate::messages as m;
+    match e {
+        AppError::Config(ConfigError::MissingRegistrationPath) => {
+            tracing::error!("{}", m::REGISTRATION_PATH_REQUIRED);
+        }
+        AppError::Config(ConfigError::HealthPortAndEndpoint) => tracing::error!("{e}"),
+        AppError::Csi(csi::CsiError::ConnectTimeout { .. }) => {
+            tracing::error!(error = %e, "{}", m::ERROR_CONNECTING);
+        }
+        AppError::Csi(_) | AppError::EmptyDriverName | AppError::DriverName(_) => {
+            tracing::error!(error = %e, "{}", m::ERROR_DRIVER_NAME);
+        }
+        AppError::Socket(_) => tracing::error!(error = %e, "{}", m::FAILED_TO_LISTEN),
+        _ => tracing::error!(error = %e, "Registrar stopped with an error"),
     }
 }
 
@@ -151,6 +171,10 @@ pub async fn run_with(
         streak: None,
     };
     registrar.listen(&registration, "startup")?;
+    if registrar.config.http_endpoint.is_none() {
+        // Where upstream says it: after the registration server started.
+        tracing::info!("{}", crate::messages::SKIPPING_HTTP_SERVER);
+    }
 
     let mut probe = tokio::time::interval(probe_interval.unwrap_or(Duration::from_secs(3600)));
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -175,7 +199,7 @@ pub async fn run_with(
     // Let in-flight kubelet calls (the NotifyRegistrationStatus that led here) get their reply.
     let _ = stop_server.send(());
     if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
-        tracing::warn!(grace = ?SHUTDOWN_GRACE, "kubelet calls still running after the grace period; stopping anyway");
+        tracing::warn!(grace = ?SHUTDOWN_GRACE, "Kubelet calls still running after the grace period; stopping anyway");
     }
     registrar.slot.close();
     Ok(code)
@@ -254,25 +278,25 @@ impl Registrar {
             Ok(FailureAction::Exit(code)) => {
                 tracing::error!(
                     code,
-                    "registration refused; exiting as the failure policy decided"
+                    "Registration refused; exiting as the failure policy decided"
                 );
                 Next::Exit(code)
             }
             Ok(FailureAction::Ignore) => {
-                tracing::warn!("registration refused; the failure policy ignores it");
+                tracing::warn!("Registration refused; the failure policy ignores it");
                 Next::Continue
             }
             Ok(FailureAction::Retry(delay)) => {
                 tracing::warn!(
                     ?delay,
                     attempt,
-                    "registration refused; re-creating the registration socket after a delay"
+                    "Registration refused; re-creating the registration socket after a delay"
                 );
                 self.slot.close(); // the kubelet deregisters the plugin
                 Next::RetryAfter(delay)
             }
             Err(e) => {
-                tracing::error!(error = %e, "failure policy failed; exiting with code 1");
+                tracing::error!(error = %e, "Failure policy failed; exiting with code 1");
                 Next::Exit(crate::policy::EXIT_FAILURE)
             }
         })
@@ -290,20 +314,20 @@ impl Registrar {
         match csi::get_plugin_info(&self.channel, self.config.timeout).await {
             Err(e) => {
                 if !self.status.set_driver_down(Some(e.to_string())) {
-                    tracing::warn!(error = %e, "the CSI driver does not answer; still advertising the registration");
+                    tracing::warn!(error = %e, "CSI driver does not answer; still advertising the registration");
                 }
             }
             Ok(now) => {
                 if self.status.set_driver_down(None) {
                     self.metrics.driver_reconnected();
-                    tracing::info!(driver = %now.name, version = %now.vendor_version, "the CSI driver answers again");
+                    tracing::info!(driver = %now.name, version = %now.vendor_version, "CSI driver answers again");
                 }
                 if now.name != self.ctx.driver_name || now.vendor_version != self.ctx.driver_version
                 {
                     tracing::info!(
                         from = %self.ctx.driver_name, from_version = %self.ctx.driver_version,
                         to = %now.name, to_version = %now.vendor_version,
-                        "the CSI driver changed; registering anew"
+                        "CSI driver changed; registering anew"
                     );
                     check_driver_name(&now.name)?;
                     self.ctx = context(&self.config, &now);
@@ -317,7 +341,7 @@ impl Registrar {
 
     async fn on_reload(&mut self) -> Result<(), AppError> {
         let Some(file) = &self.config.policy_config else {
-            tracing::info!("SIGHUP: no --policy-config to reload");
+            tracing::info!("SIGHUP without --policy-config: nothing to reload");
             return Ok(());
         };
         tracing::info!(file = %file.display(), "SIGHUP: reloading the policy");
@@ -333,7 +357,7 @@ impl Registrar {
         match reloaded {
             Err(e) => {
                 self.metrics.policy_reload(false);
-                tracing::error!(error = %e, "policy reload failed; keeping the last good policy");
+                tracing::error!(error = %e, "Policy reload failed; keeping the last good policy");
             }
             Ok((policy, next)) => {
                 self.metrics.policy_reload(true);
@@ -341,7 +365,7 @@ impl Registrar {
                 if next != self.current() {
                     self.listen(&next, "policy-reloaded")?;
                 }
-                tracing::info!("policy reloaded");
+                tracing::info!("Policy reloaded");
             }
         }
         Ok(())
@@ -355,7 +379,7 @@ async fn serve_http(
     timeout: Duration,
 ) -> Result<AbortOnDrop, HttpError> {
     let listener = health::bind_http(address).await?;
-    tracing::info!(address = %address, "serving /healthz, /readyz and /metrics");
+    tracing::info!(endpoint = %address, "{}", crate::messages::STARTING_HTTP_SERVER);
     let router = health::router(status.clone(), metrics.clone(), timeout);
     Ok(AbortOnDrop(tokio::spawn(async move {
         if let Err(e) = health::serve(listener, router).await {
@@ -390,12 +414,13 @@ async fn discover(
 ) -> Result<(Channel, csi::PluginInfo), AppError> {
     let remaining = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
     let channel = csi::connect(&config.csi_socket, remaining()).await?;
+    tracing::info!(v = 1, "{}", crate::messages::DISCOVERING_DRIVER_NAME);
     let mut backoff = Duration::from_millis(100);
     loop {
         match csi::get_plugin_info(&channel, config.timeout).await {
             Ok(info) => {
                 check_driver_name(&info.name)?;
-                tracing::info!(driver = %info.name, version = %info.vendor_version, "CSI driver name");
+                tracing::info!(v = 2, csiDriverName = %info.name, vendorVersion = %info.vendor_version, "{}", crate::messages::CSI_DRIVER_NAME);
                 return Ok((channel, info));
             }
             Err(e) if remaining().is_some_and(|r| r.is_zero()) => return Err(e.into()),
@@ -422,10 +447,10 @@ fn context(config: &Config, info: &csi::PluginInfo) -> Context {
 async fn decide(policy: &Arc<dyn Policy>, ctx: &Context) -> Result<Registration, AppError> {
     let (policy, ctx) = (policy.clone(), ctx.clone());
     let registration = blocking("the policy", move || policy.registration(&ctx)).await??;
-    tracing::info!(name = %registration.name, endpoint = %registration.endpoint, versions = ?registration.supported_versions, "registration decided");
+    tracing::info!(name = %registration.name, endpoint = %registration.endpoint, versions = ?registration.supported_versions, "Registration decided");
     if let Err(e) = validate::endpoint(&registration.endpoint) {
         // Upstream advertises --kubelet-registration-path verbatim; keep doing so, but say why the kubelet may fail.
-        tracing::warn!(error = %e, "the advertised endpoint looks unusable for the kubelet");
+        tracing::warn!(error = %e, "Advertised endpoint looks unusable for the kubelet");
     }
     Ok(registration)
 }

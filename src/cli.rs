@@ -17,7 +17,9 @@ use clap::{ArgAction, Parser};
     about = "Registers a CSI driver with the kubelet (drop-in replacement for the Kubernetes sidecar).",
     after_help = "Tools: `csi-node-driver-registrar demo [--policy FILE]` runs a self-contained demo; \
                   `csi-node-driver-registrar plugin --help` lists the plugin author commands.",
-    disable_version_flag = true
+    disable_version_flag = true,
+    // Go's flag package takes a repeated flag's last value.
+    args_override_self = true
 )]
 pub struct Flags {
     /// Path of the CSI driver socket inside the container (a bare path or unix://path).
@@ -71,9 +73,35 @@ pub struct Flags {
     #[arg(long = "v", default_value_t = 0)]
     pub verbosity: u8,
 
-    /// Log format on stderr.
+    /// Log format on stderr: klog's text, or component-base's JSON.
     #[arg(long = "logging-format", default_value = "text", value_parser = ["text", "json"])]
     pub logging_format: String,
+
+    /// Comma-separated list of pattern=N settings for file-filtered logging (only works for text log format).
+    #[arg(long, default_value = "", value_parser = parse_vmodule)]
+    pub vmodule: String,
+
+    /// Maximum number of seconds between log flushes (Go duration). Lines are written as they come here.
+    #[arg(long = "log-flush-frequency", default_value = "5s", value_parser = parse_go_duration)]
+    pub log_flush_frequency: Duration,
+
+    /// [Alpha] In text format, write error messages to stderr and info messages to stdout. Needs the LoggingAlphaOptions feature, which this binary (like upstream's) does not enable.
+    #[arg(long = "log-text-split-stream", default_value = "false", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = parse_go_bool, action = ArgAction::Set)]
+    pub log_text_split_stream: bool,
+
+    /// [Alpha] In text format with split output streams, buffer info messages (a quantity, e.g. 1Mi). Needs LoggingAlphaOptions.
+    #[arg(long = "log-text-info-buffer-size", default_value = "0", value_parser = parse_quantity)]
+    pub log_text_info_buffer_size: Quantity,
+
+    /// [Alpha] In JSON format, write error messages to stderr and info messages to stdout. Needs LoggingAlphaOptions.
+    #[arg(long = "log-json-split-stream", default_value = "false", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = parse_go_bool, action = ArgAction::Set)]
+    pub log_json_split_stream: bool,
+
+    /// [Alpha] In JSON format with split output streams, buffer info messages (a quantity, e.g. 1Mi). Needs LoggingAlphaOptions.
+    #[arg(long = "log-json-info-buffer-size", default_value = "0", value_parser = parse_quantity)]
+    pub log_json_info_buffer_size: Quantity,
 
     /// Policy file (TOML) naming the WebAssembly policy plugins. Empty: the built-in policy, identical to upstream.
     #[arg(long = "policy-config", default_value = "")]
@@ -99,6 +127,31 @@ pub struct Flags {
 pub const MODE_REGISTRATION_PROBE: &str = "kubelet-registration-probe";
 
 impl Flags {
+    /// component-base's `LoggingConfiguration` validation, with its texts
+    /// (`ValidateAndApply` with no feature gates): empty when valid. Upstream
+    /// logs `"LoggingConfiguration is invalid"` with these and exits 1.
+    pub fn logging_errors(&self) -> Vec<String> {
+        let forbidden = |path: &str, why: &str| format!("{path}: Forbidden: {why}");
+        let gate = "Feature LoggingAlphaOptions is disabled";
+        let mut errs = Vec::new();
+        if !self.vmodule.is_empty() && self.logging_format != "text" {
+            errs.push(forbidden("vmodule", "Only supported for text log format"));
+        }
+        if self.log_text_split_stream {
+            errs.push(forbidden("options.text.splitStream", gate));
+        }
+        if !self.log_text_info_buffer_size.is_zero() {
+            errs.push(forbidden("options.text.infoBufferSize", gate));
+        }
+        if self.log_json_split_stream {
+            errs.push(forbidden("options.json.splitStream", gate));
+        }
+        if !self.log_json_info_buffer_size.is_zero() {
+            errs.push(forbidden("options.json.infoBufferSize", gate));
+        }
+        errs
+    }
+
     /// Parses Go-style arguments (the first is the program name).
     pub fn try_parse_go<I, T>(args: I) -> Result<Self, clap::Error>
     where
@@ -153,7 +206,67 @@ pub fn normalize_go_args(args: impl Iterator<Item = String>) -> Vec<String> {
     out
 }
 
-const BOOL_FLAGS: &[&str] = &["enable-pprof", "automaxprocs", "version"];
+const BOOL_FLAGS: &[&str] = &[
+    "enable-pprof",
+    "automaxprocs",
+    "version",
+    "log-text-split-stream",
+    "log-json-split-stream",
+];
+
+fn parse_vmodule(s: &str) -> Result<String, String> {
+    crate::logging::Verbosity::parse_vmodule(s).map(|_| s.to_owned())
+}
+
+/// A Kubernetes resource quantity (`0`, `512Ki`, `1Mi`, `1e6`), as far as the
+/// flags need it: its syntax, and whether it is zero.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quantity(f64);
+
+impl Quantity {
+    pub fn is_zero(&self) -> bool {
+        self.0 == 0.0
+    }
+}
+
+fn parse_quantity(s: &str) -> Result<Quantity, String> {
+    let err = || {
+        format!(
+            "invalid quantity {s:?}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        )
+    };
+    let number_end = s
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || (i == 0 && (c == '+' || c == '-'))))
+        .map_or(s.len(), |(i, _)| i);
+    let (number, suffix) = s.split_at(number_end);
+    let value: f64 = number.parse().map_err(|_| err())?;
+    let suffix_ok = matches!(
+        suffix,
+        "" | "Ki"
+            | "Mi"
+            | "Gi"
+            | "Ti"
+            | "Pi"
+            | "Ei"
+            | "n"
+            | "u"
+            | "m"
+            | "k"
+            | "M"
+            | "G"
+            | "T"
+            | "P"
+            | "E"
+    ) || suffix
+        .strip_prefix(['e', 'E'])
+        .map(|e| e.strip_prefix(['+', '-']).unwrap_or(e))
+        .is_some_and(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()));
+    if !suffix_ok {
+        return Err(err());
+    }
+    Ok(Quantity(value))
+}
 
 /// Go's `strconv.ParseBool`.
 fn parse_go_bool(s: &str) -> Result<bool, String> {
@@ -238,6 +351,52 @@ mod tests {
         }
         let err = parse(&["--timeout=soon"]).unwrap_err().to_string();
         assert!(err.contains("invalid duration \"soon\""), "{err}");
+    }
+
+    #[test]
+    fn logging_flags_validate_as_component_base_does() {
+        let f = parse(&["--vmodule=app=4", "-log-flush-frequency=10s"]).unwrap();
+        assert_eq!(f.vmodule, "app=4");
+        assert_eq!(f.log_flush_frequency, Duration::from_secs(10));
+        assert!(f.logging_errors().is_empty());
+        for defaults in [
+            &[
+                "--log-text-split-stream=false",
+                "--log-text-info-buffer-size=0",
+            ][..],
+            &[
+                "-log-json-split-stream=false",
+                "-log-json-info-buffer-size",
+                "0Mi",
+            ],
+        ] {
+            assert!(
+                parse(defaults).unwrap().logging_errors().is_empty(),
+                "{defaults:?}"
+            );
+        }
+        let json = parse(&["--vmodule=app=4", "--logging-format=json"]).unwrap();
+        assert_eq!(
+            json.logging_errors(),
+            ["vmodule: Forbidden: Only supported for text log format"]
+        );
+        let alpha = parse(&["--log-text-split-stream", "--log-json-info-buffer-size=1Mi"]).unwrap();
+        assert_eq!(
+            alpha.logging_errors(),
+            [
+                "options.text.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled",
+                "options.json.infoBufferSize: Forbidden: Feature LoggingAlphaOptions is disabled"
+            ]
+        );
+        for bad in [
+            &["--vmodule=app"][..],
+            &["--log-text-info-buffer-size=lots"],
+            &["--log-json-info-buffer-size=1Xi"],
+            &["--log-flush-frequency=often"],
+        ] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
+        assert!(parse(&["--log-json-info-buffer-size=1e6"]).is_ok());
     }
 
     #[test]

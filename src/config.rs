@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{Flags, MODE_REGISTRATION_PROBE};
-use crate::csi;
+use crate::{csi, messages};
 
 /// Everything the registrar needs to run, checked.
 #[derive(Debug, Clone)]
@@ -30,7 +30,7 @@ pub struct Config {
 pub enum ConfigError {
     #[error("kubelet-registration-path is a required parameter")]
     MissingRegistrationPath,
-    #[error("only one of `--health-port` and `--http-endpoint` can be set")]
+    #[error("only one of `--health-port` and `--http-endpoint` can be set.")]
     HealthPortAndEndpoint,
     #[error(transparent)]
     CsiAddress(#[from] csi::CsiError),
@@ -51,28 +51,35 @@ impl Config {
         if flags.kubelet_registration_path.is_empty() {
             return Err(ConfigError::MissingRegistrationPath);
         }
-        if flags.health_port > 0 && !flags.http_endpoint.is_empty() {
-            return Err(ConfigError::HealthPortAndEndpoint);
-        }
         if flags.mode == MODE_REGISTRATION_PROBE {
             tracing::info!(
-                "--mode=kubelet-registration-probe is deprecated and does nothing; exiting 0"
+                "Deprecated --mode=kubelet-registration-probe does nothing here; exiting 0"
             );
             return Ok(Start::ExitOk);
         }
+        tracing::info!(version = %format!("v{}", crate::VERSION), "{}", messages::VERSION);
+        let mode = if flags.mode.is_empty() {
+            messages::MODE_REGISTRATION
+        } else {
+            &flags.mode
+        };
+        tracing::info!(mode, "{}", messages::RUNNING);
+        if flags.health_port > 0 && !flags.http_endpoint.is_empty() {
+            return Err(ConfigError::HealthPortAndEndpoint);
+        }
         if flags.connection_timeout > Duration::ZERO {
-            tracing::warn!("--connection-timeout is deprecated and has no effect");
+            tracing::warn!("{}", messages::CONNECTION_TIMEOUT_DEPRECATED);
         }
         if flags.automaxprocs {
-            tracing::info!("--automaxprocs is Go-specific and has no effect here");
+            tracing::info!("Flag --automaxprocs is Go-specific and has no effect here");
         }
         if flags.enable_pprof {
             tracing::info!(
-                "--enable-pprof: Go's pprof endpoints do not exist in this registrar; /metrics is served instead"
+                "Flag --enable-pprof: Go's pprof endpoints do not exist in this registrar; /metrics is served instead"
             );
         }
         if !flags.ignored.is_empty() {
-            tracing::warn!(args = ?flags.ignored, "ignoring arguments after the flags");
+            tracing::warn!(args = ?flags.ignored, "Ignoring arguments after the flags");
         }
         let http_endpoint = if flags.health_port > 0 {
             Some(format!(":{}", flags.health_port))

@@ -7,6 +7,7 @@ use tokio::net::UnixStream;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use crate::messages;
 use crate::uds::channel;
 
 use crate::proto::csi::{GetPluginInfoRequest, identity_client::IdentityClient};
@@ -56,7 +57,7 @@ pub(crate) async fn connect(path: &Path, wait: Option<Duration>) -> Result<Chann
     let start = Instant::now();
     let mut backoff = BACKOFF_START;
     let mut next_log = start + STILL_CONNECTING_EVERY;
-    tracing::info!(socket = %path.display(), "connecting to the CSI driver");
+    tracing::info!(v = 1, csiAddress = %path.display(), "{}", messages::OPENING_CSI_CONNECTION);
     loop {
         // Dial first: a channel to a socket that does not exist yet would only
         // fail later, on the first call.
@@ -65,7 +66,7 @@ pub(crate) async fn connect(path: &Path, wait: Option<Duration>) -> Result<Chann
                 drop(probe);
                 match channel(path).await {
                     Ok(ch) => {
-                        tracing::info!(socket = %path.display(), waited = ?start.elapsed(), "connected to the CSI driver");
+                        tracing::info!(csiAddress = %path.display(), waited = ?start.elapsed(), "Connected to the CSI driver");
                         return Ok(ch);
                     }
                     Err(e) => e,
@@ -84,10 +85,10 @@ pub(crate) async fn connect(path: &Path, wait: Option<Duration>) -> Result<Chann
             });
         }
         if now >= next_log {
-            tracing::warn!(socket = %path.display(), error = %err, waited = ?now.duration_since(start), "still connecting to the CSI driver");
+            tracing::warn!(csiAddress = %path.display(), error = %err, waited = ?now.duration_since(start), "Still connecting to the CSI driver");
             next_log = now + STILL_CONNECTING_EVERY;
         } else {
-            tracing::debug!(socket = %path.display(), error = %err, "CSI driver not reachable yet");
+            tracing::debug!(csiAddress = %path.display(), error = %err, "CSI driver not reachable yet");
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_CAP);

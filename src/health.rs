@@ -10,6 +10,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use crate::messages;
 use crate::metrics::Metrics;
 use crate::proto::registration::{InfoRequest, registration_client::RegistrationClient};
 use crate::registration::Advertised;
@@ -145,12 +146,19 @@ async fn healthz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
     let (path, name) = (published.socket, published.registration.name);
     match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::error!(
+                "{}, registration socket does not exist",
+                messages::HEALTH_CHECK_FAILED
+            );
             return (
                 StatusCode::NOT_FOUND,
                 "registration socket does not exist".into(),
             );
         }
-        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => {
+            tracing::error!(error = %e, "{}", messages::HEALTH_CHECK_FAILED);
+            return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+        }
         Ok(_) => {}
     }
     let check = async {
@@ -173,17 +181,19 @@ async fn healthz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
         }
         Ok(())
     };
-    match tokio::time::timeout(s.timeout, check).await {
-        Ok(Ok(())) => (StatusCode::OK, "ok".into()),
-        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e),
-        Err(_) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!(
-                "GetInfo on registration socket did not answer within {:?}",
-                s.timeout
-            ),
+    let failure = match tokio::time::timeout(s.timeout, check).await {
+        Ok(Ok(())) => {
+            tracing::info!(v = 5, "{}", messages::HEALTH_CHECK_SUCCEEDED);
+            return (StatusCode::OK, "ok".into());
+        }
+        Ok(Err(e)) => e,
+        Err(_) => format!(
+            "GetInfo on registration socket did not answer within {:?}",
+            s.timeout
         ),
-    }
+    };
+    tracing::error!(error = %failure, "{}", messages::HEALTH_CHECK_FAILED);
+    (StatusCode::INTERNAL_SERVER_ERROR, failure)
 }
 
 /// 200 once the kubelet accepted the registration; 503 with the reason before and after a refusal.

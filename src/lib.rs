@@ -35,6 +35,7 @@ mod csi;
 mod demo;
 pub mod health;
 pub mod logging;
+pub mod messages;
 pub mod metrics;
 pub mod policy;
 pub mod proto;

@@ -5,7 +5,9 @@
 
 use std::process::ExitCode;
 
-use csi_node_driver_registrar::{VERSION, app, cli, config, logging, registration, signal, tools};
+use csi_node_driver_registrar::{
+    VERSION, app, cli, config, logging, messages, registration, signal, tools,
+};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -23,7 +25,25 @@ fn main() -> ExitCode {
         println!("{} {VERSION}", args[0]);
         return ExitCode::SUCCESS;
     }
-    logging::init(flags.verbosity, flags.logging_format == "json");
+    // component-base validates the logging flags first and logs with its
+    // defaults (text) when they are invalid.
+    let invalid = flags.logging_errors();
+    if !invalid.is_empty() {
+        logging::init(logging::Verbosity::new(flags.verbosity), false);
+        let err = match invalid.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        tracing::error!(error = %err, "{}", messages::LOGGING_CONFIGURATION_INVALID);
+        return ExitCode::FAILURE;
+    }
+    logging::init(
+        logging::Verbosity {
+            v: flags.verbosity,
+            vmodule: logging::Verbosity::parse_vmodule(&flags.vmodule).unwrap_or_default(),
+        },
+        flags.logging_format == "json",
+    );
     // Release builds abort on panic without running destructors: remove the
     // registration socket here so the kubelet is not left dialing a dead one.
     let default_hook = std::panic::take_hook();
@@ -31,14 +51,13 @@ fn main() -> ExitCode {
         default_hook(info);
         registration::socket::remove_live_sockets();
     }));
-    tracing::info!(version = VERSION, "csi-node-driver-registrar starting");
 
     let node_name = std::env::var("KUBE_NODE_NAME").unwrap_or_default();
     let config = match config::Config::from_flags(&flags, node_name) {
         Ok(config::Start::Run(config)) => *config,
         Ok(config::Start::ExitOk) => return ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
+            app::log_failure(&e.into());
             return ExitCode::FAILURE;
         }
     };
@@ -53,7 +72,7 @@ fn main() -> ExitCode {
     {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            tracing::error!("{e}");
+            app::log_failure(&e);
             ExitCode::FAILURE
         }
     }

@@ -529,7 +529,7 @@ async fn failure_hook_retry_recreates_the_socket_then_exits_with_its_code() {
         assert!(
             wait_until(PATIENCE, || registrar
                 .log_text()
-                .matches("registration socket ready")
+                .matches("Registration Server started")
                 .count()
                 == attempt)
             .await,
@@ -601,7 +601,7 @@ async fn a_failing_plugin_stops_start_up_or_is_skipped_as_configured() {
     assert_eq!(registrar.exit_code().await, 1);
     let log = registrar.log_text();
     assert!(
-        log.contains("policy plugin \"m\", hook driver-name: deadline of 30ms exceeded"),
+        log.contains(r#"policy plugin \"m\", hook driver-name: deadline of 30ms exceeded"#),
         "{log}"
     );
     assert_eq!(std::fs::read_dir(&sb.registry).unwrap().count(), 0);
@@ -631,7 +631,7 @@ async fn a_failing_plugin_stops_start_up_or_is_skipped_as_configured() {
     assert!(
         registrar
             .log_text()
-            .contains("on_error = \"skip\": going on without it"),
+            .contains(r#"on_error = \"skip\": going on without it"#),
         "{}",
         registrar.log_text()
     );
@@ -663,7 +663,7 @@ async fn plugin_logs_and_output_reach_the_registrar_log() {
     let log = registrar.log_text();
     assert!(
         log.contains(
-            "driver-name hook called with hostpath.csi.k8s.io plugin=\"m\" hook=\"driver-name\""
+            r#""driver-name hook called with hostpath.csi.k8s.io" plugin="m" hook="driver-name""#
         ),
         "host-log line, tagged with plugin and hook: {log}"
     );
@@ -727,7 +727,7 @@ async fn sighup_reloads_the_policy_and_keeps_the_last_good_one() {
     registrar.signal(libc::SIGHUP);
     assert!(
         registrar
-            .wait_log("policy reload failed; keeping the last good policy")
+            .wait_log("Policy reload failed; keeping the last good policy")
             .await
     );
     assert!(

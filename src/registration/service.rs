@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
 use super::Advertised;
+use crate::messages;
 use crate::metrics::Metrics;
 use crate::policy::Registration;
 use crate::proto::registration::{
@@ -66,7 +67,12 @@ impl RegistrationApi for RegistrationService {
             return Err(Status::unavailable("no registration decided yet"));
         };
         let info = plugin_info(&published.registration);
-        tracing::info!(name = %info.name, endpoint = %info.endpoint, versions = ?info.supported_versions, "received GetInfo call");
+        tracing::info!(
+            v = 4,
+            request = "&InfoRequest{}",
+            "{}",
+            messages::RECEIVED_GET_INFO
+        );
         Ok(Response::new(info))
     }
 
@@ -76,10 +82,14 @@ impl RegistrationApi for RegistrationService {
     ) -> Result<Response<RegistrationStatusResponse>, Status> {
         let status = request.into_inner();
         self.metrics.kubelet_notification(status.plugin_registered);
-        if status.plugin_registered {
-            tracing::info!("kubelet registered the plugin");
-        } else {
-            tracing::error!(error = %status.error, "kubelet refused the registration");
+        // Go's %+v of the request, as upstream logs it.
+        let shown = format!(
+            "&RegistrationStatus{{PluginRegistered:{},Error:{},}}",
+            status.plugin_registered, status.error
+        );
+        tracing::info!(status = %shown, "{}", messages::RECEIVED_NOTIFY);
+        if !status.plugin_registered {
+            tracing::error!(error = %status.error, "{}", messages::REGISTRATION_FAILED);
         }
         // The receiver lives as long as the server; if it is gone we are shutting down.
         let _ = self.verdicts.send(Verdict {

@@ -13,6 +13,7 @@ use tokio_stream::StreamExt;
 
 use super::socket::{Bound, Generation, SocketState, socket_path};
 use super::{Advertised, AuthorityFix, Published, RegistrationSocket, SocketError};
+use crate::messages;
 use crate::metrics::Metrics;
 use crate::policy::Registration;
 
@@ -87,6 +88,7 @@ impl Slot {
         reason: &'static str,
     ) -> Result<Listened, SocketError> {
         let path = socket_path(&self.dir, &registration.name);
+        tracing::info!(socketPath = %path.display(), reason, "{}", messages::STARTING_REGISTRATION_SERVER);
         let previous = self.current.as_ref().map(|l| &l.socket);
         let Some(listening) =
             Listening::start(path.clone(), self.generation, previous, &self.conns)?
@@ -97,7 +99,7 @@ impl Slot {
                 registration: registration.clone(),
                 socket: path.clone(),
             });
-            tracing::warn!(socket = %path.display(), reason, "a newer instance's registration socket is at the path; leaving it to that instance");
+            tracing::warn!(socketPath = %path.display(), reason, "A newer instance's registration socket is at the path; leaving it to that instance");
             return Ok(Listened::StandingBy);
         };
         self.standby = None;
@@ -111,7 +113,7 @@ impl Slot {
             socket: path.clone(),
         });
         self.metrics.socket_created(reason);
-        tracing::info!(socket = %path.display(), reason, "registration socket ready; waiting for the kubelet");
+        tracing::info!(socketPath = %path.display(), reason, "{}", messages::REGISTRATION_SERVER_STARTED);
         Ok(Listened::Serving)
     }
 
@@ -133,7 +135,7 @@ impl Slot {
                     self.reconcile = reconcile_interval(self.events.is_some());
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "watching the registration directory failed; polling instead");
+                    tracing::warn!(error = %e, "Watching the registration directory failed; polling instead");
                     self.events = None;
                     self.reconcile = reconcile_interval(false);
                 }
@@ -155,7 +157,7 @@ impl Slot {
             if let Some(path) = &self.standby
                 && !path.exists()
             {
-                tracing::warn!(socket = %path.display(), "the newer instance's registration socket is gone; creating ours");
+                tracing::warn!(socketPath = %path.display(), "The newer instance's registration socket is gone; creating ours");
                 return self.listen(&registration, "deleted").map(Some);
             }
             return Ok(None);
@@ -163,13 +165,13 @@ impl Slot {
         match current.socket.state() {
             SocketState::Ours => Ok(None),
             SocketState::Missing => {
-                tracing::warn!(socket = %current.socket.path().display(), "registration socket was deleted; re-creating it so the kubelet registers again");
+                tracing::warn!(socketPath = %current.socket.path().display(), "Registration socket was deleted; re-creating it so the kubelet registers again");
                 self.listen(&registration, "deleted").map(Some)
             }
             SocketState::Replaced => {
                 // Another instance's socket: a newer one keeps it (and we stand
                 // by); an older or dead one's is taken back.
-                tracing::info!(socket = %current.socket.path().display(), "registration socket was replaced by another instance's");
+                tracing::info!(socketPath = %current.socket.path().display(), "Registration socket was replaced by another instance's");
                 self.listen(&registration, "replaced").map(Some)
             }
         }
@@ -202,7 +204,7 @@ impl Listening {
                     .await
                     .map(|(stream, _)| AuthorityFix::new(stream));
                 if let Err(e) = &conn {
-                    tracing::warn!(error = %e, "accepting a kubelet connection failed");
+                    tracing::warn!(error = %e, "Accepting a kubelet connection failed");
                     continue;
                 }
                 if conns.send(conn).await.is_err() {
@@ -245,7 +247,7 @@ fn watch_registry(dir: &Path) -> Option<RegistryEvents> {
         inotify.into_event_stream([0u8; 1024])
     };
     watch()
-        .inspect_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the registration directory; polling it instead"))
+        .inspect_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "Cannot watch the registration directory; polling it instead"))
         .ok()
 }
 

@@ -254,15 +254,15 @@ impl RegistrationSocket {
         match self.state() {
             SocketState::Ours => match std::fs::remove_file(&self.path) {
                 Ok(()) => {
-                    tracing::info!(socket = %self.path.display(), "registration socket removed")
+                    tracing::info!(socket = %self.path.display(), "Registration socket removed")
                 }
                 Err(e) => {
-                    tracing::warn!(socket = %self.path.display(), error = %e, "cannot remove registration socket")
+                    tracing::error!(socket = %self.path.display(), error = %e, "{}", crate::messages::FAILED_TO_REMOVE_SOCKET)
                 }
             },
             SocketState::Replaced => tracing::info!(
                 socket = %self.path.display(),
-                "registration socket now belongs to another instance; leaving it"
+                "Registration socket now belongs to another instance; leaving it"
             ),
             SocketState::Missing => {}
         }
@@ -391,7 +391,7 @@ fn take_over(
                 return Ok(false);
             }
             Occupant::Socket(_) | Occupant::Nothing => {
-                tracing::info!(socket = %path.display(), "replaced the socket of a previous instance or a stale socket");
+                tracing::info!(socketPath = %path.display(), "Replaced the socket of a previous instance or a stale socket");
                 let _ = std::fs::remove_file(temp);
                 return Ok(true);
             }

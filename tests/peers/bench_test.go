@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -44,14 +45,24 @@ func BenchmarkGetInfo(b *testing.B) {
 			startCSIDriver(b, csiSock, driver, "v1.0.0", nodeName)
 			r := startRegistrar(b, "--csi-address="+csiSock, "--kubelet-registration-path="+csiSock, "--plugin-registration-path="+registry)
 			defer r.stop(syscall.SIGTERM)
-			r.waitLog(0, "registration socket ready")
+			// Any build's socket, whatever it logs: wait for the file.
+			socket := filepath.Join(registry, driver+"-reg.sock")
+			for deadline := time.Now().Add(patience); ; {
+				if _, err := os.Stat(socket); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("no registration socket within %v:\n%s", patience, r.text())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 			opts := append([]grpc.DialOption{
 				grpc.WithTransportCredentials(insecure.NewCredentials()),
 				grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 					return (&net.Dialer{}).DialContext(ctx, "unix", addr)
 				}),
 			}, c.opts...)
-			conn, err := grpc.NewClient("passthrough:///"+filepath.Join(registry, driver+"-reg.sock"), opts...)
+			conn, err := grpc.NewClient("passthrough:///"+socket, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -49,7 +49,7 @@ func TestGrpcGoDialedAsTheKubeletCallsGetInfoAndNotify(t *testing.T) {
 	r := startRegistrar(t, "--csi-address="+csiSock, "--kubelet-registration-path="+csiSock,
 		"--plugin-registration-path="+registry)
 	socket := filepath.Join(registry, driver+"-reg.sock")
-	r.waitLog(0, "registration socket ready")
+	r.waitLog(0, "Registration Server started")
 
 	client := registerapi.NewRegistrationClient(dialAsTheKubelet(t, socket))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // the kubelet's GetInfo budget
@@ -65,7 +65,7 @@ func TestGrpcGoDialedAsTheKubeletCallsGetInfoAndNotify(t *testing.T) {
 	if _, err := client.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatalf("NotifyRegistrationStatus: %v", err)
 	}
-	r.waitLog(0, "kubelet registered the plugin")
+	r.waitLog(0, "PluginRegistered:true")
 	if code := r.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit code on SIGTERM = %d, want 0", code)
 	}

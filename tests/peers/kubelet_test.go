@@ -144,7 +144,7 @@ func TestKubeletRegistersOurDriverAndDeregistersItOnSIGTERM(t *testing.T) {
 
 	r := startRegistrar(t, w.args()...)
 	w.waitRegistered(driver)
-	r.waitLog(0, "kubelet registered the plugin")
+	r.waitLog(0, "PluginRegistered:true")
 	// The topology segment reached the CSINode as the kubelet reads it.
 	if keys := w.csiNodeDriver(driver).TopologyKeys; len(keys) != 1 || keys[0] != topologyKeyNode {
 		t.Fatalf("topology keys = %v, want [%s]", keys, topologyKeyNode)
@@ -161,7 +161,7 @@ func TestKubeletRegistersOurDriverAndDeregistersItOnSIGTERM(t *testing.T) {
 	// Restarted, it registers again.
 	r2 := startRegistrar(t, w.args()...)
 	w.waitRegistered(driver)
-	r2.waitLog(0, "kubelet registered the plugin")
+	r2.waitLog(0, "PluginRegistered:true")
 	if code := r2.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit code on SIGTERM = %d, want 0", code)
 	}
@@ -175,13 +175,13 @@ func TestKubeletRegistersAgainAfterACrashLeftAStaleSocket(t *testing.T) {
 
 	r := startRegistrar(t, w.args()...)
 	w.waitRegistered(driver)
-	r.waitLog(0, "kubelet registered the plugin")
+	r.waitLog(0, "PluginRegistered:true")
 	r.stop(syscall.SIGKILL) // the socket stays behind, as after a node crash
 
 	r2 := startRegistrar(t, w.args()...)
 	// The new instance took the path over and the kubelet registered it anew:
 	// GetInfo and NotifyRegistrationStatus reached the new process.
-	r2.waitLog(0, "kubelet registered the plugin")
+	r2.waitLog(0, "PluginRegistered:true")
 	w.waitRegistered(driver)
 	if code := r2.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit code on SIGTERM = %d, want 0", code)
@@ -197,7 +197,7 @@ func TestKubeletRefusalReachesUsAsNotifyRegistrationStatusFalse(t *testing.T) {
 	startCSIDriver(t, w.csiSock, driver, "v1.0.0", "")
 
 	r := startRegistrar(t, w.args()...)
-	r.waitLog(0, "kubelet refused the registration", "driverNodeID must not be empty")
+	r.waitLog(0, "Registration process failed with error", "driverNodeID must not be empty")
 	// The built-in policy is upstream's: exit 1, and our socket goes with us.
 	if code := r.wait(); code != 1 {
 		t.Fatalf("exit code after the refusal = %d, want 1", code)
@@ -232,7 +232,7 @@ func TestKubeletRegistersTheNameARenamingPluginChose(t *testing.T) {
 
 	r := startRegistrar(t, w.args("--policy-config="+policy)...)
 	w.waitRegistered(driver + "-pool-a")
-	r.waitLog(0, "kubelet registered the plugin")
+	r.waitLog(0, "PluginRegistered:true")
 	if d := w.csiNodeDriver(driver); d != nil {
 		t.Fatalf("the driver's own name was registered too: %+v", d)
 	}

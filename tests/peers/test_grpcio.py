@@ -99,7 +99,7 @@ def test_grpcio_calls_get_info_and_notify(stubs):
             [f"--csi-address={csi_sock}", f"--kubelet-registration-path={csi_sock}", f"--plugin-registration-path={registry}"]
         )
         try:
-            registrar.wait_for("registration socket ready")
+            registrar.wait_for("Registration Server started")
             socket = os.path.join(registry, "grpcio.csi.example.com-reg.sock")
             with grpc.insecure_channel(f"unix:{socket}") as channel:
                 client = api_pb2_grpc.RegistrationStub(channel)
@@ -109,7 +109,7 @@ def test_grpcio_calls_get_info_and_notify(stubs):
                 assert info.endpoint == csi_sock
                 assert list(info.supported_versions) == ["1.0.0"]
                 client.NotifyRegistrationStatus(api_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
-            registrar.wait_for("kubelet registered the plugin")
+            registrar.wait_for("PluginRegistered:true")
             assert registrar.stop() == 0
             assert not os.path.exists(socket), "the socket must be removed on SIGTERM"
         finally:
