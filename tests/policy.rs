@@ -12,7 +12,9 @@ use std::time::Duration;
 use common::*;
 use csi_node_driver_registrar::metrics::Metrics;
 use csi_node_driver_registrar::policy::config::PolicyConfig;
-use csi_node_driver_registrar::policy::{Context, Failure, FailureAction, Policy, wasm};
+use csi_node_driver_registrar::policy::{
+    Context, DefaultPolicy, Failure, FailureAction, Policy, wasm,
+};
 use csi_node_driver_registrar::standins::{
     DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour, wait_until,
 };
@@ -315,7 +317,8 @@ fn load_errors_speak_the_authors_language() {
     )
     .unwrap_err();
     assert!(
-        err.contains("nope.wasm): cannot read the file: No such file"),
+        err.contains("nope.wasm, policy file ")
+            && err.contains("policy.toml line 3): cannot read the file: No such file"),
         "{err}"
     );
 }
@@ -584,6 +587,92 @@ async fn monitor_mode_logs_but_does_not_apply() {
         "the decision is in the log"
     );
     assert_eq!(registrar.stop().await, 0);
+}
+
+/// A plugin in monitor mode never changes the outcome, whatever it does: a
+/// trap, a timeout or an error in any hook, even with on_error = "fail", and
+/// even a failure to load.
+#[test]
+fn a_monitor_mode_plugin_never_changes_the_outcome() {
+    for action in ["trap", "loop", "error", "invalid"] {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = misbehave(
+            action,
+            "mode = \"monitor\"\non_error = \"fail\"\ntimeout_ms = 50",
+        );
+        let chain = load(dir.path(), &toml).unwrap();
+        let reg = chain
+            .registration(&ctx())
+            .unwrap_or_else(|e| panic!("{action}: {e}"));
+        assert_eq!(reg, DefaultPolicy.registration(&ctx()).unwrap(), "{action}");
+        let failure = Failure {
+            error: "refused".into(),
+            attempt: 1,
+            elapsed: Duration::ZERO,
+        };
+        assert_eq!(
+            chain.on_failure(&ctx(), &failure).unwrap(),
+            DefaultPolicy.on_failure(&ctx(), &failure).unwrap(),
+            "{action}"
+        );
+    }
+    // Refusing its settings at load: the registrar starts without it.
+    let dir = tempfile::tempdir().unwrap();
+    let toml = plugin_entry(
+        "m",
+        &plugin("misbehave"),
+        "mode = \"monitor\"\n[plugin.settings]\ndo = \"keep\"\nrefuse-settings = true\n",
+    );
+    let chain = load(dir.path(), &toml).unwrap();
+    assert!(chain.plugin_ids().is_empty());
+}
+
+#[tokio::test]
+async fn files_that_are_not_files_are_refused_at_once_naming_file_and_line() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let fifo = sb.dir.path().join("plugin.wasm");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a plain mkfifo on a path we own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for (path, kind) in [
+        (fifo.as_path(), "a FIFO"),
+        (std::path::Path::new("/dev/zero"), "a device"),
+    ] {
+        let toml = format!(
+            "\n[[plugin]]\nid = \"x\"\npath = \"{}\"\nallow_unpinned = true\n",
+            path.display()
+        );
+        let policy = write_policy(sb.dir.path(), &toml);
+        let mut registrar =
+            Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+        assert_eq!(registrar.exit_code().await, 1);
+        let log = registrar.log_text();
+        let line = log
+            .lines()
+            .find(|l| l.starts_with('E'))
+            .unwrap_or_else(|| panic!("{log}"));
+        assert!(
+            line.contains(&format!(
+                "policy plugin \\\"x\\\" ({}, policy file {} line 4): cannot read the file: it is {kind}, not a regular file",
+                path.display(),
+                policy.display()
+            )),
+            "{line}"
+        );
+    }
+    // The policy file itself.
+    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", fifo.display())]);
+    assert_eq!(registrar.exit_code().await, 1);
+    assert!(
+        registrar
+            .log_text()
+            .contains("it is a FIFO, not a regular file"),
+        "{}",
+        registrar.log_text()
+    );
 }
 
 #[tokio::test]

@@ -75,7 +75,8 @@ async fn sigint_also_removes_the_socket() {
 #[tokio::test]
 async fn waits_for_a_late_driver() {
     let sb = Sandbox::new();
-    let registrar = Registrar::spawn(&sb, &[]);
+    // -v=1: upstream's "Attempting to open a gRPC connection" is a V(1) line.
+    let registrar = Registrar::spawn(&sb, &["-v=1".into()]);
     assert!(
         registrar
             .wait_log("Attempting to open a gRPC connection")
@@ -232,7 +233,7 @@ async fn a_driver_back_under_another_name_is_registered_anew() {
     );
     let (code, body) = http_until(port, "/readyz", 503).await.unwrap();
     assert_eq!(code, 503);
-    assert!(body.starts_with("CSI driver does not answer"), "{body}");
+    assert!(body.starts_with("the CSI driver does not answer"), "{body}");
     assert!(old.exists());
 
     // It comes back as another driver: new socket, old one removed.

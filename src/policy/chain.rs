@@ -134,6 +134,11 @@ impl Chain {
                 Ok(None)
             }
             Ok(a) => Ok(a),
+            // A plugin in monitor mode never changes the outcome, whatever it does.
+            Err(e) if plugin.mode() == Mode::Monitor => {
+                tracing::warn!(plugin = plugin.id(), %hook, error = %e, "Plugin in monitor mode failed; its failure is logged and counted, not applied");
+                Ok(None)
+            }
             Err(e) => match plugin.on_error() {
                 OnError::Skip => {
                     tracing::warn!(plugin = plugin.id(), %hook, error = %e, "plugin failed; on_error = \"skip\": going on without it");

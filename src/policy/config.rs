@@ -187,6 +187,8 @@ pub struct PluginConfig {
     pub mode: Mode,
     /// The `settings` table as JSON, handed to the plugin.
     pub settings_json: String,
+    /// Where the policy file declares this plugin (file and line), for errors.
+    pub declared_at: Option<(PathBuf, usize)>,
 }
 
 /// A policy file that cannot be used; the text names the file, line and key.
@@ -210,9 +212,15 @@ pub enum ConfigError {
 
 impl PolicyConfig {
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let bytes = super::read_regular_file(path, super::MAX_POLICY_FILE).map_err(|source| {
+            ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
         })?;
         Self::from_toml_str(&text, path)
     }
@@ -331,6 +339,7 @@ impl PolicyConfig {
                 )
             })?;
             plugins.push(PluginConfig {
+                declared_at: Some((path.to_owned(), line_of(text, p.path.span().start))),
                 id: id.clone(),
                 path: base.join(p.path.get_ref()),
                 sha256,

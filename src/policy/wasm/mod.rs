@@ -49,11 +49,13 @@ const CAPTURED_OUTPUT_BYTES: usize = 16 * 1024;
 
 /// A plugin that cannot be loaded, in the plugin author's terms.
 #[derive(Debug, thiserror::Error)]
-#[error("policy plugin {id:?} ({path}): {message}")]
+#[error("policy plugin {id:?} ({path}{at}): {message}")]
 pub struct LoadError {
     pub id: String,
     pub path: String,
     pub message: String,
+    /// `, policy file F line N` where the policy file declares the plugin.
+    pub at: String,
 }
 
 /// What every Store holds.
@@ -222,13 +224,8 @@ impl Host {
         cfg: &PluginConfig,
         cache_dir: Option<&Path>,
     ) -> Result<WasmPlugin, LoadError> {
-        let fail = |message: String| LoadError {
-            id: cfg.id.clone(),
-            path: cfg.path.display().to_string(),
-            message,
-        };
-        let wasm =
-            std::fs::read(&cfg.path).map_err(|e| fail(format!("cannot read the file: {e}")))?;
+        let fail = |message: String| cfg.error(message);
+        let wasm = read_component(&cfg.path).map_err(&fail)?;
         let digest: [u8; 32] = Sha256::digest(&wasm).into();
         if let Some(pin) = cfg.sha256
             && pin != digest
@@ -328,8 +325,7 @@ impl Host {
     /// Compiles a component and describes it; fails as loading would.
     pub fn inspect(self: &Arc<Self>, path: &Path) -> Result<Inspection, LoadError> {
         let cfg = PluginConfig::unpinned(path);
-        let wasm =
-            std::fs::read(path).map_err(|e| cfg.error(format!("cannot read the file: {e}")))?;
+        let wasm = read_component(path).map_err(|m| cfg.error(m))?;
         let digest: [u8; 32] = Sha256::digest(&wasm).into();
         let component = self
             .compile(&wasm, &digest, None)
@@ -372,8 +368,7 @@ impl Host {
         cache_dir: &Path,
     ) -> Result<std::path::PathBuf, LoadError> {
         let cfg = PluginConfig::unpinned(path);
-        let wasm =
-            std::fs::read(path).map_err(|e| cfg.error(format!("cannot read the file: {e}")))?;
+        let wasm = read_component(path).map_err(|m| cfg.error(m))?;
         check_is_component(&wasm).map_err(|m| cfg.error(m))?;
         let digest: [u8; 32] = Sha256::digest(&wasm).into();
         cache::load_or_compile(&self.engine, cache_dir, &wasm, &digest)
@@ -405,6 +400,7 @@ impl PluginConfig {
             on_error: OnError::Fail,
             mode: Mode::Enforce,
             settings_json: "{}".into(),
+            declared_at: None,
         }
     }
 
@@ -413,8 +409,19 @@ impl PluginConfig {
             id: self.id.clone(),
             path: self.path.display().to_string(),
             message,
+            at: self
+                .declared_at
+                .as_ref()
+                .map(|(file, line)| format!(", policy file {} line {line}", file.display()))
+                .unwrap_or_default(),
         }
     }
+}
+
+/// A component file: a regular file, of bounded size.
+fn read_component(path: &Path) -> Result<Vec<u8>, String> {
+    crate::policy::read_regular_file(path, crate::policy::MAX_PLUGIN_FILE)
+        .map_err(|e| format!("cannot read the file: {e}"))
 }
 
 /// Tells a core module or a non-wasm file from a component, with the fix.
@@ -720,14 +727,20 @@ pub fn load_chain(cfg: &PolicyConfig, metrics: Arc<Metrics>) -> Result<Chain, Lo
         id: String::new(),
         path: cfg.source.display().to_string(),
         message: format!("cannot start the WebAssembly engine: {e:#}"),
+        at: String::new(),
     })?;
-    let plugins = cfg
-        .plugins
-        .iter()
-        .map(|p| {
-            host.load(p, cfg.cache_dir.as_deref())
-                .map(|p| Box::new(p) as Box<dyn PluginHooks>)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut plugins: Vec<Box<dyn PluginHooks>> = Vec::new();
+    for p in &cfg.plugins {
+        match host.load(p, cfg.cache_dir.as_deref()) {
+            Ok(loaded) => plugins.push(Box::new(loaded)),
+            // A plugin in monitor mode never changes the outcome: not even
+            // whether the registrar starts.
+            Err(e) if p.mode == crate::policy::config::Mode::Monitor => {
+                metrics.plugin_call(&p.id, "load", "error", std::time::Duration::ZERO);
+                tracing::warn!(plugin = %p.id, error = %e, "Plugin in monitor mode cannot be loaded; going on without it");
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(Chain::new(plugins, cfg.min_retry, cfg.max_retry, metrics))
 }
