@@ -267,10 +267,16 @@ fn civil(now: SystemTime) -> (u32, u32, u64, u32) {
     (month, day, secs % 86_400, since.subsec_micros())
 }
 
-/// klog's text format.
-pub struct KlogText;
+/// A one-line-per-event format: [`KLOG_TEXT`] or [`COMPONENT_BASE_JSON`].
+#[derive(Clone, Copy)]
+pub struct LineFormat(fn(SystemTime, &Event<'_>) -> String);
 
-impl<S, N> FormatEvent<S, N> for KlogText
+/// klog's text format.
+pub const KLOG_TEXT: LineFormat = LineFormat(klog_line);
+/// component-base's JSON schema.
+pub const COMPONENT_BASE_JSON: LineFormat = LineFormat(json_line);
+
+impl<S, N> FormatEvent<S, N> for LineFormat
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
@@ -281,7 +287,7 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        writer.write_str(&klog_line(SystemTime::now(), event))
+        writer.write_str(&(self.0)(SystemTime::now(), event))
     }
 }
 
@@ -321,24 +327,6 @@ fn klog_line(now: SystemTime, event: &Event<'_>) -> String {
     }
     out.push('\n');
     out
-}
-
-/// component-base's JSON schema.
-pub struct ComponentBaseJson;
-
-impl<S, N> FormatEvent<S, N> for ComponentBaseJson
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        _: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        writer.write_str(&json_line(SystemTime::now(), event))
-    }
 }
 
 fn json_line(now: SystemTime, event: &Event<'_>) -> String {
@@ -395,11 +383,7 @@ fn install(verbosity: Verbosity, json: bool, quiet: bool) {
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false);
-    let layer = if json {
-        fmt.event_format(ComponentBaseJson).boxed()
-    } else {
-        fmt.event_format(KlogText).boxed()
-    };
+    let layer = fmt.event_format(if json { COMPONENT_BASE_JSON } else { KLOG_TEXT });
     let filter = VerbosityFilter(verbosity);
     if quiet {
         let quiet = tracing_subscriber::filter::filter_fn(|meta| {
@@ -441,11 +425,7 @@ mod tests {
         let fmt = tracing_subscriber::fmt::layer()
             .with_writer(writer)
             .with_ansi(false);
-        let layer = if json {
-            fmt.event_format(ComponentBaseJson).boxed()
-        } else {
-            fmt.event_format(KlogText).boxed()
-        };
+        let layer = fmt.event_format(if json { COMPONENT_BASE_JSON } else { KLOG_TEXT });
         let subscriber =
             tracing_subscriber::registry().with(layer.with_filter(VerbosityFilter(verbosity)));
         tracing::subscriber::with_default(subscriber, f);

@@ -36,19 +36,6 @@ const UPSTREAM_FLAGS: &[(&str, Option<&str>)] = &[
     ("log-json-info-buffer-size", Some("0")),
 ];
 
-async fn run(args: &[String]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(BIN)
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test]
 async fn every_upstream_flag_is_accepted_in_both_spellings() {
     assert_eq!(UPSTREAM_FLAGS.len(), 19);
@@ -69,7 +56,7 @@ async fn every_upstream_flag_is_accepted_in_both_spellings() {
                 let mut args = spelling.clone();
                 args.push("--kubelet-registration-path=/k/csi.sock".into());
                 args.push("--mode=kubelet-registration-probe".into());
-                let (code, stdout, stderr) = run(&args).await;
+                let (code, stdout, stderr) = run_binary(&args).await;
                 assert_eq!(code, 0, "{spelling:?}: {stderr}");
                 if *flag == "version" {
                     assert!(stdout.contains(csi_node_driver_registrar::VERSION));
@@ -97,7 +84,7 @@ async fn invalid_logging_configurations_exit_1_as_upstream() {
     ] {
         let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         args.push("--kubelet-registration-path=/k/csi.sock".into());
-        let (code, _, stderr) = run(&args).await;
+        let (code, _, stderr) = run_binary(&args).await;
         assert_eq!(code, 1, "{args:?}: {stderr}");
         let line = stderr.lines().next().unwrap();
         check_klog_line(line);
@@ -116,8 +103,7 @@ async fn invalid_logging_configurations_exit_1_as_upstream() {
         "--log-text-info-buffer-size=lots",
         "--log-flush-frequency=often",
     ] {
-        let (code, _, stderr) =
-            run(&[bad.to_owned(), "--kubelet-registration-path=/k".into()]).await;
+        let (code, _, stderr) = run_binary(&[bad, "--kubelet-registration-path=/k"]).await;
         assert_eq!(code, 2, "{bad}: {stderr}");
     }
 }

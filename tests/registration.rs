@@ -715,40 +715,27 @@ async fn health_port_is_the_deprecated_spelling() {
     assert_eq!(registrar.stop().await, 0);
 }
 
-async fn run_flags(args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(BIN)
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test]
 async fn flag_errors_and_exit_codes() {
-    let (code, _, err) = run_flags(&["--no-such-flag"]).await;
+    let (code, _, err) = run_binary(&["--no-such-flag"]).await;
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("--no-such-flag") && err.contains("Usage"),
         "{err}"
     );
 
-    let (code, _, err) = run_flags(&["-timeout=soon", "--kubelet-registration-path=/x"]).await;
+    let (code, _, err) = run_binary(&["-timeout=soon", "--kubelet-registration-path=/x"]).await;
     assert_eq!(code, 2);
     assert!(err.contains("invalid duration \"soon\""), "{err}");
 
-    let (code, _, err) = run_flags(&[]).await;
+    let (code, _, err) = run_binary::<&str>(&[]).await;
     assert_eq!(code, 1);
     assert!(
         err.contains("kubelet-registration-path is a required parameter"),
         "{err}"
     );
 
-    let (code, _, err) = run_flags(&[
+    let (code, _, err) = run_binary(&[
         "--kubelet-registration-path=/x",
         "--health-port=9809",
         "--http-endpoint=:9810",
@@ -760,11 +747,11 @@ async fn flag_errors_and_exit_codes() {
         "{err}"
     );
 
-    let (code, out, _) = run_flags(&["--version"]).await;
+    let (code, out, _) = run_binary(&["--version"]).await;
     assert_eq!(code, 0);
     assert_eq!(out, format!("{BIN} {}\n", env!("CARGO_PKG_VERSION")));
 
-    let (code, out, _) = run_flags(&["-help"]).await;
+    let (code, out, _) = run_binary(&["-help"]).await;
     assert_eq!(code, 0);
     assert!(out.contains("--kubelet-registration-path"), "{out}");
 }
@@ -772,7 +759,7 @@ async fn flag_errors_and_exit_codes() {
 #[tokio::test]
 async fn probe_mode_exits_0_at_once() {
     // No driver, no registry: the probe mode must not touch either.
-    let (code, _, err) = run_flags(&[
+    let (code, _, err) = run_binary(&[
         "--mode=kubelet-registration-probe",
         "--kubelet-registration-path=/x",
         "--csi-address=/nonexistent",
@@ -780,6 +767,6 @@ async fn probe_mode_exits_0_at_once() {
     .await;
     assert_eq!(code, 0, "{err}");
     // The required-flag check comes first.
-    let (code, _, _) = run_flags(&["-mode=kubelet-registration-probe"]).await;
+    let (code, _, _) = run_binary(&["-mode=kubelet-registration-probe"]).await;
     assert_eq!(code, 1);
 }

@@ -131,6 +131,20 @@ impl Registrar {
     }
 }
 
+/// Runs the binary to its end: exit code, stdout, stderr.
+pub async fn run_binary<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(BIN)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Waits for a path to exist.
 pub async fn appears(path: &Path) -> bool {
     wait_until(PATIENCE, || path.exists()).await

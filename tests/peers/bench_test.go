@@ -9,7 +9,6 @@ package peers
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -56,13 +54,7 @@ func BenchmarkGetInfo(b *testing.B) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			opts := append([]grpc.DialOption{
-				grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-					return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-				}),
-			}, c.opts...)
-			conn, err := grpc.NewClient("passthrough:///"+socket, opts...)
+			conn, err := grpc.NewClient("passthrough:///"+socket, append(kubeletDialOptions(), c.opts...)...)
 			if err != nil {
 				b.Fatal(err)
 			}

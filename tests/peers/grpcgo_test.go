@@ -20,18 +20,22 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
+// kubeletDialOptions are the operation executor's, but for WithBlock.
+func kubeletDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		}),
+	}
+}
+
 func dialAsTheKubelet(t *testing.T, socket string) *grpc.ClientConn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	//nolint:staticcheck // DialContext and WithBlock, as the kubelet dials.
-	conn, err := grpc.DialContext(ctx, socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithBlock(),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}),
-	)
+	conn, err := grpc.DialContext(ctx, socket, append(kubeletDialOptions(), grpc.WithBlock())...)
 	if err != nil {
 		t.Fatalf("dialing %s: %v", socket, err)
 	}
