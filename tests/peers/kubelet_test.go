@@ -241,3 +241,23 @@ func TestKubeletRegistersTheNameARenamingPluginChose(t *testing.T) {
 	}
 	w.waitDeregistered(driver + "-pool-a")
 }
+
+func TestKubeletFollowsADriverThatRestartsUnderAnotherName(t *testing.T) {
+	w := startKubelet(t)
+	d := startCSIDriver(t, w.csiSock, "before.csi.example.com", "v1.0.0", nodeName)
+	r := startRegistrar(t, w.args("--driver-probe-interval=100ms")...)
+	w.waitRegistered("before.csi.example.com")
+
+	// The driver restarts as another driver on the same socket: the registrar
+	// notices on its next probe and registers the new name; the old socket goes,
+	// so the kubelet deregisters the old name.
+	d.stop()
+	startCSIDriver(t, w.csiSock, "after.csi.example.com", "v2.0.0", nodeName)
+	w.waitRegistered("after.csi.example.com")
+	w.waitDeregistered("before.csi.example.com")
+	r.waitLog(0, "CSI driver changed; registering anew")
+	if code := r.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit code on SIGTERM = %d, want 0", code)
+	}
+	w.waitDeregistered("after.csi.example.com")
+}
