@@ -9,21 +9,57 @@ pub const UNIX_PATH_MAX: usize = 108;
 
 /// The CSI spec's limit on a driver name.
 pub const MAX_DRIVER_NAME_LEN: usize = 63;
+/// How many supported versions an answer may hold, and how long each may be:
+/// far more than any CSI driver needs, and far below the kubelet's 4 MiB
+/// message limit (upstream always sends one).
+pub const MAX_VERSIONS: usize = 16;
+pub const MAX_VERSION_LEN: usize = 64;
+/// How much of a value that came from outside (a plugin, a driver) an error
+/// or a log line shows.
+pub const MAX_SHOWN: usize = 256;
+
+/// `text` quoted for a message, cut to [`MAX_SHOWN`] bytes with its full length
+/// said: a 10 MB plugin answer becomes one readable line.
+pub fn shown(text: &str) -> String {
+    if text.len() <= MAX_SHOWN {
+        return format!("{text:?}");
+    }
+    let mut end = MAX_SHOWN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}... ({} bytes in all)", &text[..end], text.len())
+}
+
+/// `text` cut to `max` bytes (at a character boundary), marked when cut.
+pub fn bounded(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes in all)", &text[..end], text.len())
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
     #[error("driver name is empty")]
     Empty,
     #[error(
-        "driver name {name:?} is {len} characters long; the CSI spec allows at most {MAX_DRIVER_NAME_LEN}"
+        "driver name {} is {len} characters long; the CSI spec allows at most {MAX_DRIVER_NAME_LEN}",
+        shown(name)
     )]
     TooLong { name: String, len: usize },
     #[error(
-        "driver name {name:?} must begin and end with an alphanumeric character ([a-z0-9A-Z]) (CSI naming rule)"
+        "driver name {} must begin and end with an alphanumeric character ([a-z0-9A-Z]) (CSI naming rule)",
+        shown(name)
     )]
     BadEnds { name: String },
     #[error(
-        "driver name {name:?} contains {found:?}; only alphanumerics, '-' and '.' are allowed (CSI naming rule)"
+        "driver name {} contains {found:?}; only alphanumerics, '-' and '.' are allowed (CSI naming rule)",
+        shown(name)
     )]
     BadChar { name: String, found: char },
 }
@@ -141,9 +177,26 @@ pub enum VersionsError {
     #[error("supported versions are empty; the kubelet needs at least one 1.x version")]
     Empty,
     #[error(
-        "none of the supported versions {0:?} is a 1.x version the kubelet can parse (it reads \"<major>.<minor>[.<patch>]\" and needs major 1)"
+        "none of the supported versions {} is a 1.x version the kubelet can parse (it reads \"<major>.<minor>[.<patch>]\" and needs major 1)", shown(&format!("{:?}", .0))
     )]
     NoV1(Vec<String>),
+    #[error(
+        "{count} supported versions, the longest {longest} bytes: at most {MAX_VERSIONS} of at most {MAX_VERSION_LEN} bytes each can be advertised"
+    )]
+    TooMany { count: usize, longest: usize },
+}
+
+/// What may be advertised: [`highest_supported_version`]'s rule, within
+/// [`MAX_VERSIONS`] entries of at most [`MAX_VERSION_LEN`] bytes.
+pub fn supported_versions(versions: &[String]) -> Result<KubeletVersion, VersionsError> {
+    let longest = versions.iter().map(String::len).max().unwrap_or(0);
+    if versions.len() > MAX_VERSIONS || longest > MAX_VERSION_LEN {
+        return Err(VersionsError::TooMany {
+            count: versions.len(),
+            longest,
+        });
+    }
+    highest_supported_version(versions)
 }
 
 /// The kubelet's `HighestSupportedVersion` followed by its "must be v1.x" check:
@@ -166,12 +219,13 @@ pub fn highest_supported_version(versions: &[String]) -> Result<KubeletVersion, 
 pub enum EndpointError {
     #[error("endpoint is empty")]
     Empty,
-    #[error("endpoint {0:?} is not an absolute path")]
+    #[error("endpoint {} is not an absolute path", shown(.0))]
     NotAbsolute(String),
-    #[error("endpoint {0:?} contains a NUL byte")]
+    #[error("endpoint {} contains a NUL byte", shown(.0))]
     Nul(String),
     #[error(
-        "endpoint {path:?} is {len} bytes long; a unix socket path must be shorter than {UNIX_PATH_MAX} bytes"
+        "endpoint {} is {len} bytes long; a unix socket path must be shorter than {UNIX_PATH_MAX} bytes",
+        shown(path)
     )]
     TooLong { path: String, len: usize },
 }

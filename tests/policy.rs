@@ -589,6 +589,48 @@ async fn monitor_mode_logs_but_does_not_apply() {
     assert_eq!(registrar.stop().await, 0);
 }
 
+/// Plugin-controlled text is bounded before it reaches an error or a log line,
+/// and an answer the kubelet could never take is refused when it is given.
+#[test]
+fn huge_plugin_answers_are_refused_and_shown_bounded() {
+    for (action, hooks, rule) in [
+        (
+            "huge",
+            "[\"driver-name\"]",
+            "the CSI spec allows at most 63",
+        ),
+        (
+            "huge",
+            "[\"versions\"]",
+            "at most 16 of at most 64 bytes each can be advertised",
+        ),
+        (
+            "huge-error",
+            "[\"driver-name\"]",
+            "the plugin reported an error: misbehave: eeee",
+        ),
+    ] {
+        let err = registration_error(
+            action,
+            &format!("hooks = {hooks}\ntimeout_ms = 900\nmemory_limit_mib = 512"),
+        );
+        assert!(
+            err.contains(rule),
+            "{action} {hooks}: {}",
+            &err[..err.len().min(500)]
+        );
+        assert!(
+            err.len() < 8 << 10,
+            "{action} {hooks}: an error of {} bytes",
+            err.len()
+        );
+        assert!(
+            !err.contains('\n'),
+            "{action}: a newline from the plugin reached the message"
+        );
+    }
+}
+
 /// A plugin in monitor mode never changes the outcome, whatever it does: a
 /// trap, a timeout or an error in any hook, even with on_error = "fail", and
 /// even a failure to load.

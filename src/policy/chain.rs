@@ -187,7 +187,7 @@ impl Policy for Chain {
                     Hook::Versions,
                     || p.supported_versions(ctx, &current).map(Some),
                     |v| {
-                        validate::highest_supported_version(v)
+                        validate::supported_versions(v)
                             .map(drop)
                             .map_err(|e| e.to_string())
                     },

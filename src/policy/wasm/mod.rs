@@ -44,6 +44,8 @@ pub const WIT_PACKAGE: &str = "csi-registrar:policy";
 pub const WIT_VERSION: &str = "0.1.0";
 /// Per-call caps on what a plugin may log.
 const MAX_LOG_MESSAGE: usize = 4096;
+/// A plugin's own name and version, as `info()` reports them, in logs.
+const MAX_INFO: usize = 128;
 const MAX_LOG_LINES_PER_CALL: u32 = 64;
 const CAPTURED_OUTPUT_BYTES: usize = 16 * 1024;
 
@@ -599,7 +601,10 @@ impl WasmPlugin {
         self.call("info", |store, instance| {
             let guest = self.plugin.load(&mut *store, instance)?;
             let info = guest.call_info(&mut *store)?;
-            Ok((info.name, info.version))
+            Ok((
+                crate::validate::bounded(info.name, MAX_INFO),
+                crate::validate::bounded(info.version, MAX_INFO),
+            ))
         })
     }
 
@@ -610,7 +615,12 @@ impl WasmPlugin {
             guest.call_validate_settings(&mut *store, &self.settings_json)
         })
         .map_err(|e| format!("validate-settings failed: {e}"))?
-        .map_err(|msg| format!("the plugin refused its settings: {msg}"))
+        .map_err(|msg| {
+            format!(
+                "the plugin refused its settings: {}",
+                crate::validate::bounded(msg, MAX_LOG_MESSAGE)
+            )
+        })
     }
 }
 
@@ -651,7 +661,9 @@ impl PluginHooks for WasmPlugin {
                 current,
             )
         })?;
-        match answer.map_err(|e| CallError::Plugin(e.message))? {
+        match answer
+            .map_err(|e| CallError::Plugin(crate::validate::bounded(e.message, MAX_LOG_MESSAGE)))?
+        {
             driver_name::NameDecision::Keep => Ok(None),
             driver_name::NameDecision::Rename(name) => Ok(Some(name)),
         }
@@ -673,7 +685,7 @@ impl PluginHooks for WasmPlugin {
                 current,
             )
         })?
-        .map_err(|e| CallError::Plugin(e.message))
+        .map_err(|e| CallError::Plugin(crate::validate::bounded(e.message, MAX_LOG_MESSAGE)))
     }
 
     fn map_endpoint(&self, ctx: &Context, current: &str) -> Result<Option<String>, CallError> {
@@ -688,7 +700,9 @@ impl PluginHooks for WasmPlugin {
                 current,
             )
         })?;
-        match answer.map_err(|e| CallError::Plugin(e.message))? {
+        match answer
+            .map_err(|e| CallError::Plugin(crate::validate::bounded(e.message, MAX_LOG_MESSAGE)))?
+        {
             endpoint::EndpointDecision::Keep => Ok(None),
             endpoint::EndpointDecision::Replace(p) => Ok(Some(p)),
         }
@@ -709,14 +723,18 @@ impl PluginHooks for WasmPlugin {
             idx.load(&mut *store, instance)?
                 .call_on_registration_failure(&mut *store, &self.context(ctx), &input)
         })?;
-        Ok(match answer.map_err(|e| CallError::Plugin(e.message))? {
-            failure::FailureAction::Exit(code) => Some(FailureAction::Exit(code)),
-            failure::FailureAction::Retry(b) => Some(FailureAction::Retry(Duration::from_millis(
-                b.delay_ms.into(),
-            ))),
-            failure::FailureAction::Ignore => Some(FailureAction::Ignore),
-            failure::FailureAction::Defer => None,
-        })
+        Ok(
+            match answer.map_err(|e| {
+                CallError::Plugin(crate::validate::bounded(e.message, MAX_LOG_MESSAGE))
+            })? {
+                failure::FailureAction::Exit(code) => Some(FailureAction::Exit(code)),
+                failure::FailureAction::Retry(b) => Some(FailureAction::Retry(
+                    Duration::from_millis(b.delay_ms.into()),
+                )),
+                failure::FailureAction::Ignore => Some(FailureAction::Ignore),
+                failure::FailureAction::Defer => None,
+            },
+        )
     }
 }
 
