@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{BIN, Sandbox, plugin, plugin_entry, write_policy};
+use common::{BIN, Sandbox, cached_policy, plugin, plugin_entry, write_policy};
 use csi_node_driver_registrar::metrics::Metrics;
 use csi_node_driver_registrar::policy::config::PolicyConfig;
 use csi_node_driver_registrar::policy::{Context, Policy, wasm};
@@ -180,8 +180,8 @@ fn plugin_costs(
     };
     let cold = median((0..cold_runs).map(|_| load(&entry).0).collect());
     let cached_toml = format!(
-        "[policy]\ncache_dir = \"{}\"\n{entry}",
-        dir.path().join("cache").display()
+        "{}{entry}",
+        cached_policy(dir.path(), &dir.path().join("cache"))
     );
     load(&cached_toml);
     let cached = median((0..10).map(|_| load(&cached_toml).0).collect());
@@ -244,8 +244,8 @@ async fn main() {
     let policy = write_policy(
         sb.dir.path(),
         &format!(
-            "[policy]\ncache_dir = \"{}\"\n{}",
-            cache.display(),
+            "{}{}",
+            cached_policy(sb.dir.path(), &cache),
             plugin_entry("pool", &wasm_path, "[plugin.settings]\nsuffix = \"-a\"")
         ),
     );

@@ -14,7 +14,7 @@ wasm=plugins/target/wasm32-wasip2/release/pool_suffix.wasm
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-deploy/policy-configmaps.sh "$wasm" -pool-a > "$work/configmaps.yaml"
+REGISTRAR=$bin deploy/policy-configmaps.sh "$wasm" -pool-a > "$work/configmaps.yaml"
 "$venv/bin/kubernetes-validate" --strict --kubernetes-version 1.33 \
     deploy/daemonset.yaml deploy/daemonset-with-policy.yaml "$work/configmaps.yaml"
 
@@ -32,8 +32,13 @@ os.makedirs(os.path.join(work, "plugins"))
 open(os.path.join(work, "plugins", name.strip()), "wb").write(base64.b64decode(data))
 policy = policy.replace("/etc/csi-registrar-plugins/", os.path.join(work, "plugins") + "/")
 policy = policy.replace("/var/lib/csi-registrar/cache", os.path.join(work, "cache"))
+key = docs[2].split('cache.key: "', 1)[1].split('"', 1)[0]
+open(os.path.join(work, "cache.key"), "w").write(key)
+policy = policy.replace("/etc/csi-registrar-key/cache.key", os.path.join(work, "cache.key"))
 open(os.path.join(work, "policy.toml"), "w").write(policy)
 PY
 out=$("$bin" demo --policy "$work/policy.toml")
 grep -q 'kubelet registered "hostpath.csi.k8s.io-pool-a": true' <<<"$out" || { echo "$out" >&2; exit 1; }
+# The key was read and the compiled plugin cached under it.
+ls "$work"/cache/*.cwasm >/dev/null || { echo "deploy: nothing was cached; demo output:" >&2; echo "$out" >&2; exit 1; }
 echo "deploy: manifests valid; the generated policy registers hostpath.csi.k8s.io-pool-a"

@@ -119,11 +119,27 @@ pub async fn run(
 pub async fn run_with(
     config: Config,
     shutdown: impl Future<Output = ()>,
+    reloads: impl Stream<Item = ()> + Unpin,
+    metrics: Arc<Metrics>,
+    status: Arc<Status>,
+) -> Result<u8, AppError> {
+    // SIGTERM ends the registrar at once, whatever it is doing: a plugin call
+    // or a driver probe in flight is abandoned, and dropping the loop's state
+    // removes the registration socket.
+    tokio::select! {
+        biased;
+        () = shutdown => Ok(0),
+        code = serve(config, reloads, metrics, status) => code,
+    }
+}
+
+/// The registrar until the policy decides to exit (or an error).
+async fn serve(
+    config: Config,
     mut reloads: impl Stream<Item = ()> + Unpin,
     metrics: Arc<Metrics>,
     status: Arc<Status>,
 ) -> Result<u8, AppError> {
-    let mut shutdown = std::pin::pin!(shutdown);
     let _http = match &config.http_endpoint {
         Some(address) => Some(serve_http(address, &status, &metrics, config.timeout).await?),
         None => None,
@@ -135,10 +151,7 @@ pub async fn run_with(
     .await??;
 
     let deadline = config.driver_wait.map(|w| Instant::now() + w);
-    let (channel, info) = tokio::select! {
-        found = discover(&config, deadline) => found?,
-        () = &mut shutdown => return Ok(0),
-    };
+    let (channel, info) = discover(&config, deadline).await?;
     let ctx = context(&config, &info);
     let registration = decide(&policy, &ctx).await?;
 
@@ -181,14 +194,13 @@ pub async fn run_with(
     probe.reset();
     let code = loop {
         tokio::select! {
-            () = &mut shutdown => break 0,
             Some(verdict) = verdicts.recv() => match registrar.on_verdict(verdict).await? {
                 Next::Continue => {}
                 Next::Exit(code) => break code,
-                Next::RetryAfter(delay) => tokio::select! {
-                    () = tokio::time::sleep(delay) => registrar.relisten("retry")?,
-                    () = &mut shutdown => break 0,
-                },
+                Next::RetryAfter(delay) => {
+                    tokio::time::sleep(delay).await;
+                    registrar.relisten("retry")?;
+                }
             },
             () = registrar.slot.changed() => registrar.on_registry_event()?,
             _ = probe.tick(), if probe_interval.is_some() => registrar.on_probe().await?,

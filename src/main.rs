@@ -68,8 +68,12 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("building the tokio runtime");
-    match runtime.block_on(async { app::run(config, signal::shutdown(), signal::reloads()).await })
-    {
+    let outcome =
+        runtime.block_on(async { app::run(config, signal::shutdown(), signal::reloads()).await });
+    // Do not wait for a plugin call still running on the blocking pool: its
+    // deadline would end it, but SIGTERM is honoured at once.
+    runtime.shutdown_background();
+    match outcome {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             app::log_failure(&e);

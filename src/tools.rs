@@ -98,7 +98,12 @@ enum PluginCommand {
         wasm: Vec<PathBuf>,
         #[arg(long)]
         cache_dir: PathBuf,
+        /// The key file the registrar's policy names in `policy.cache_key_file`.
+        #[arg(long)]
+        cache_key_file: PathBuf,
     },
+    /// Print a new random key for `policy.cache_key_file` (64 hex digits).
+    CacheKey,
 }
 
 #[cfg(feature = "wasm")]
@@ -180,13 +185,12 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
 #[cfg(feature = "wasm")]
 fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
     use crate::policy::chain::PluginHooks;
-    use crate::policy::config::{DEFAULT_EPOCH_TICK_MS, Hook, PluginConfig};
+    use crate::policy::config::{Hook, PluginConfig};
     use crate::policy::{Context, Failure};
     use crate::validate;
 
-    let host =
-        crate::policy::wasm::Host::new(std::time::Duration::from_millis(DEFAULT_EPOCH_TICK_MS))
-            .map_err(|e| anyhow::anyhow!("cannot start the WebAssembly engine: {e:#}"))?;
+    let host = crate::policy::wasm::Host::new()
+        .map_err(|e| anyhow::anyhow!("cannot start the WebAssembly engine: {e:#}"))?;
     match cmd {
         PluginCommand::Inspect { wasm, json } => {
             let i = host.inspect(&wasm)?;
@@ -336,11 +340,21 @@ fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&out)?);
             Ok(())
         }
-        PluginCommand::Precompile { wasm, cache_dir } => {
+        PluginCommand::Precompile {
+            wasm,
+            cache_dir,
+            cache_key_file,
+        } => {
+            let key = crate::policy::wasm::cache::CacheKey::read(&cache_key_file, &cache_dir)
+                .map_err(anyhow::Error::msg)?;
             for w in wasm {
-                let entry = host.precompile(&w, &cache_dir)?;
+                let entry = host.precompile(&w, &cache_dir, &key)?;
                 println!("{} -> {}", w.display(), entry.display());
             }
+            Ok(())
+        }
+        PluginCommand::CacheKey => {
+            println!("{}", crate::policy::wasm::cache::CacheKey::generate()?);
             Ok(())
         }
     }

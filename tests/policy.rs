@@ -66,7 +66,7 @@ fn a_plugin_that_allocates_without_bound_hits_the_memory_cap() {
     let err = registration_error("alloc", "memory_limit_mib = 16");
     assert_eq!(
         err,
-        "policy plugin \"m\", hook driver-name: memory limit of 16 MiB exceeded"
+        "policy plugin \"m\", hook driver-name: memory limit of 16 MiB exceeded (the instance asked for 17 MiB in all)"
     );
 }
 
@@ -380,8 +380,8 @@ fn compiled_components_are_cached_and_a_bad_cache_entry_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let toml = format!(
-        "[policy]\ncache_dir = \"{}\"\n{}",
-        cache.display(),
+        "{}{}",
+        cached_policy(dir.path(), &cache),
         plugin_entry(
             "p",
             &plugin("pool-suffix"),
@@ -436,8 +436,8 @@ fn a_cache_dir_others_can_write_is_not_used() {
     std::fs::create_dir(&cache).unwrap();
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
     let toml = format!(
-        "[policy]\ncache_dir = \"{}\"\n{}",
-        cache.display(),
+        "{}{}",
+        cached_policy(dir.path(), &cache),
         plugin_entry(
             "p",
             &plugin("pool-suffix"),
@@ -1093,20 +1093,22 @@ fn author_cli_inspects_validates_runs_and_precompiles() {
 
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
+    let policy_header = cached_policy(dir.path(), &cache);
     let (code, out, err) = tool(&[
         "plugin",
         "precompile",
         pool,
         "--cache-dir",
         cache.to_str().unwrap(),
+        "--cache-key-file",
+        dir.path().join("cache.key").to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
     let entry = out.trim().rsplit(" -> ").next().unwrap();
     assert!(Path::new(entry).exists(), "{out}");
     // The registrar then loads it from there without compiling (same key).
     let toml = format!(
-        "[policy]\ncache_dir = \"{}\"\n{}",
-        cache.display(),
+        "{policy_header}{}",
         plugin_entry("p", Path::new(pool), "[plugin.settings]\nsuffix = \"-a\"")
     );
     let before = std::fs::metadata(entry).unwrap().modified().unwrap();

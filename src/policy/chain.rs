@@ -50,8 +50,11 @@ pub enum CallError {
     Plugin(String),
     #[error("deadline of {0:?} exceeded")]
     Timeout(Duration),
-    #[error("memory limit of {0} MiB exceeded")]
-    Memory(u64),
+    /// The instance's memories and tables together would have passed the cap.
+    #[error(
+        "memory limit of {limit_mib} MiB exceeded (the instance asked for {wanted_mib} MiB in all)"
+    )]
+    Memory { limit_mib: u64, wanted_mib: u64 },
     #[error("trapped: {0}")]
     Trap(String),
     /// The answer broke a rule the kubelet or the CSI spec sets.
@@ -65,7 +68,7 @@ impl CallError {
         match self {
             CallError::Plugin(_) => "error",
             CallError::Timeout(_) => "timeout",
-            CallError::Memory(_) | CallError::Trap(_) => "trap",
+            CallError::Memory { .. } | CallError::Trap(_) => "trap",
             CallError::Invalid(_) => "invalid",
         }
     }

@@ -124,6 +124,10 @@ struct RawFile {
 struct RawPolicy {
     /// Where compiled plugins are cached (created 0700). Absent: compile at every start.
     cache_dir: Option<PathBuf>,
+    /// A file holding the secret that binds cache entries to their pins; it
+    /// must live outside the cache directory. Absent: the cache is not used.
+    cache_key_file: Option<PathBuf>,
+    /// Accepted for older policy files; deadlines are now armed per call.
     epoch_tick_ms: Option<Spanned<u64>>,
     min_retry_ms: Option<Spanned<u64>>,
     max_retry_ms: Option<Spanned<u64>>,
@@ -165,6 +169,7 @@ pub struct PolicyConfig {
     /// The file it was read from, for messages.
     pub source: PathBuf,
     pub cache_dir: Option<PathBuf>,
+    pub cache_key_file: Option<PathBuf>,
     pub epoch_tick: Duration,
     pub min_retry: Duration,
     pub max_retry: Duration,
@@ -367,6 +372,7 @@ impl PolicyConfig {
         Ok(PolicyConfig {
             source: path.to_owned(),
             cache_dir: raw.policy.cache_dir.map(|c| base.join(c)),
+            cache_key_file: raw.policy.cache_key_file.map(|c| base.join(c)),
             epoch_tick: Duration::from_millis(epoch_tick),
             min_retry: Duration::from_millis(min_retry),
             max_retry: Duration::from_millis(max_retry),

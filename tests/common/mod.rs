@@ -189,6 +189,18 @@ pub fn plugin_entry(id: &str, path: &Path, extra: &str) -> String {
     )
 }
 
+/// A `[policy]` table with a plugin cache in `cache` and its key in
+/// `dir/cache.key` (written here).
+pub fn cached_policy(dir: &Path, cache: &Path) -> String {
+    let key = dir.join("cache.key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef-test-key\n").unwrap();
+    format!(
+        "[policy]\ncache_dir = \"{}\"\ncache_key_file = \"{}\"\n",
+        cache.display(),
+        key.display()
+    )
+}
+
 pub fn write_policy(dir: &Path, toml: &str) -> PathBuf {
     let path = dir.join("policy.toml");
     std::fs::write(&path, toml).unwrap();

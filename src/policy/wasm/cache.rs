@@ -1,18 +1,97 @@
-//! Compiled components cached on disk.
+//! Compiled components cached on disk, each entry bound to its pin.
 //!
-//! The key covers the component's sha256, the engine's compatibility hash and
-//! the registrar's version, so a cache written by another engine configuration
-//! or release is never loaded. Only this process writes the directory (0700),
-//! and a directory others can write to is not used: a `.cwasm` is native code.
+//! A `.cwasm` is native code that wasmtime runs without checking it, so what
+//! the cache hands back must be exactly what the pinned `.wasm` compiles to.
+//! Every entry carries an HMAC-SHA256, keyed by a secret that lives outside
+//! the cache directory (`policy.cache_key_file`, read-only in a DaemonSet),
+//! over the component's sha256 and the compiled bytes. An entry that was
+//! swapped, edited or written without the key is discarded and compiled
+//! again; without a key the cache is not used at all.
+//!
+//! The trust boundary: whoever can write the cache directory can make the
+//! registrar compile again, but cannot make it run other code. Whoever can
+//! read the key file can. The file name also covers the engine's
+//! compatibility hash and the registrar's version, so an entry written by
+//! another engine configuration or release is never even opened.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+/// The header of an entry: this magic, then the 32-byte tag, then the compiled bytes.
+const MAGIC: &[u8; 16] = b"csi-registrar-1\n";
+const TAG: usize = 32;
+/// The shortest key accepted, in bytes (`plugin cache-key` writes 64 hex digits).
+pub const MIN_KEY_BYTES: usize = 32;
+const MAX_KEY_FILE: u64 = 4096;
+/// A compiled entry larger than this is not read.
+const MAX_ENTRY: u64 = 1 << 30;
+
+/// The secret that binds cache entries to pins.
+#[derive(Clone)]
+pub struct CacheKey(Vec<u8>);
+
+impl std::fmt::Debug for CacheKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CacheKey(..)")
+    }
+}
+
+impl CacheKey {
+    /// Reads a key file: a regular file outside `cache_dir` holding at least
+    /// [`MIN_KEY_BYTES`] bytes (surrounding whitespace is not counted).
+    pub fn read(path: &Path, cache_dir: &Path) -> Result<Self, String> {
+        let fix = "create one with `csi-node-driver-registrar plugin cache-key > FILE`, outside the cache directory";
+        if let (Ok(key), Ok(dir)) = (path.canonicalize(), cache_dir.canonicalize())
+            && key.starts_with(&dir)
+        {
+            return Err(format!(
+                "cache key file {} is inside the cache directory {}, where whoever can write the cache could replace it: {fix}",
+                path.display(),
+                cache_dir.display()
+            ));
+        }
+        let bytes = crate::policy::read_regular_file(path, MAX_KEY_FILE)
+            .map_err(|e| format!("cannot read cache key file {}: {e}: {fix}", path.display()))?;
+        let key = bytes.trim_ascii();
+        if key.len() < MIN_KEY_BYTES {
+            return Err(format!(
+                "cache key file {} holds {} bytes; at least {MIN_KEY_BYTES} are needed: {fix}",
+                path.display(),
+                key.len()
+            ));
+        }
+        Ok(CacheKey(key.to_vec()))
+    }
+
+    /// A new random key, as 64 hex digits.
+    pub fn generate() -> std::io::Result<String> {
+        let mut bytes = [0u8; 32];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            filled += rustix::rand::getrandom(
+                &mut bytes[filled..],
+                rustix::rand::GetRandomFlags::empty(),
+            )?;
+        }
+        Ok(hex::encode(bytes))
+    }
+
+    fn tag(&self, wasm_sha256: &[u8; 32], compiled: &[u8]) -> Hmac<Sha256> {
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        mac.update(MAGIC);
+        mac.update(wasm_sha256);
+        mac.update(compiled);
+        mac
+    }
+}
 
 /// The cache file of a component for this engine and this registrar version.
 pub fn entry(engine: &Engine, dir: &Path, wasm_sha256: &[u8; 32]) -> PathBuf {
@@ -45,39 +124,60 @@ fn usable_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The compiled bytes of an entry whose tag is right, or why not.
+fn verified(path: &Path, key: &CacheKey, wasm_sha256: &[u8; 32]) -> Result<Vec<u8>, String> {
+    let mut bytes = crate::policy::read_regular_file(path, MAX_ENTRY).map_err(|e| e.to_string())?;
+    if bytes.len() < MAGIC.len() + TAG || &bytes[..MAGIC.len()] != MAGIC {
+        return Err("not an entry of this registrar (no header)".into());
+    }
+    let compiled = bytes.split_off(MAGIC.len() + TAG);
+    key.tag(wasm_sha256, &compiled)
+        .verify_slice(&bytes[MAGIC.len()..])
+        .map_err(|_| "its tag does not match the pinned component: it was changed or swapped, or written with another key".to_owned())?;
+    Ok(compiled)
+}
+
 /// Loads the component from the cache, or compiles it and stores it there.
 /// Any cache problem falls back to compiling in memory: never a failure.
 pub fn load_or_compile(
     engine: &Engine,
     dir: &Path,
+    key: &CacheKey,
     wasm: &[u8],
     wasm_sha256: &[u8; 32],
 ) -> wasmtime::Result<(Component, CacheOutcome)> {
     if let Err(why) = usable_dir(dir) {
-        tracing::warn!(cache_dir = %dir.display(), "plugin cache not used: {why}");
+        tracing::warn!(cache_dir = %dir.display(), "Plugin cache not used: {why}");
         return Ok((Component::new(engine, wasm)?, CacheOutcome::Bypassed));
     }
     let path = entry(engine, dir, wasm_sha256);
     if path.exists() {
-        // SAFETY: the file was written by this process's `precompile_component`
-        // into a directory only this user can write, under a key that includes
-        // the engine's compatibility hash.
-        match unsafe { Component::deserialize_file(engine, &path) } {
-            Ok(c) => return Ok((c, CacheOutcome::Hit)),
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "discarding unusable cache entry")
+        match verified(&path, key, wasm_sha256) {
+            // SAFETY: the tag proves these bytes were written by a registrar
+            // holding the key, as what this pinned component compiles to, and
+            // the file name covers this engine's compatibility hash.
+            Ok(compiled) => match unsafe { Component::deserialize(engine, &compiled) } {
+                Ok(c) => return Ok((c, CacheOutcome::Hit)),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "Discarding unusable cache entry")
+                }
+            },
+            Err(why) => {
+                tracing::warn!(file = %path.display(), "Discarding cache entry: {why}")
             }
         }
     }
     let compiled = engine.precompile_component(wasm)?;
     let stored = (|| -> std::io::Result<()> {
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        tmp.write_all(MAGIC)?;
+        tmp.write_all(&key.tag(wasm_sha256, &compiled).finalize().into_bytes())?;
         tmp.write_all(&compiled)?;
         tmp.persist(&path).map_err(|e| e.error)?;
         Ok(())
     })();
     if let Err(e) = stored {
-        tracing::warn!(file = %path.display(), error = %e, "cannot write plugin cache entry");
+        tracing::warn!(file = %path.display(), error = %e, "Cannot write plugin cache entry");
     }
     // SAFETY: `compiled` was produced by `precompile_component` of this engine just now.
     let component = unsafe { Component::deserialize(engine, &compiled)? };

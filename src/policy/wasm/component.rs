@@ -1,0 +1,95 @@
+//! Checks on a component before it runs: a regular file of bounded size, a
+//! component (not a core module), a policy plugin of a WIT version this host
+//! implements, importing only what the host gives.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use super::{WIT_PACKAGE, WIT_VERSION};
+use crate::policy::config::Hook;
+
+/// A component file: a regular file, of bounded size.
+pub(super) fn read_component(path: &Path) -> Result<Vec<u8>, String> {
+    crate::policy::read_regular_file(path, crate::policy::MAX_PLUGIN_FILE)
+        .map_err(|e| format!("cannot read the file: {e}"))
+}
+
+/// Tells a core module or a non-wasm file from a component, with the fix.
+pub(super) fn check_is_component(wasm: &[u8]) -> Result<(), String> {
+    match wasm.get(..8) {
+        Some([0, b'a', b's', b'm', 0x0d, 0, 0x01, 0]) => Ok(()),
+        Some([0, b'a', b's', b'm', 0x01, 0, 0, 0]) => Err(
+            "this is a core WebAssembly module, not a component: build for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)".into(),
+        ),
+        _ => Err("not a WebAssembly binary (no \\0asm header)".into()),
+    }
+}
+
+/// The hook interfaces a component exports, after checking it is a policy
+/// plugin of a version this host implements.
+pub fn exported_hooks(engine: &Engine, component: &Component) -> Result<BTreeSet<Hook>, String> {
+    let mut hooks = BTreeSet::new();
+    let mut has_plugin = false;
+    let mut foreign = Vec::new();
+    for (name, _) in component.component_type().exports(engine) {
+        let Some(rest) = name.strip_prefix(&format!("{WIT_PACKAGE}/")) else {
+            continue;
+        };
+        let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
+        if !compatible(version) {
+            foreign.push(name.to_owned());
+            continue;
+        }
+        match interface {
+            "plugin" => has_plugin = true,
+            other => {
+                if let Ok(h) = other.parse::<Hook>() {
+                    hooks.insert(h);
+                }
+            }
+        }
+    }
+    if let Some(name) = foreign.first() {
+        return Err(format!(
+            "it exports {name}, but this registrar implements {WIT_PACKAGE}@{WIT_VERSION} (it accepts 0.1.x): rebuild the plugin against the wit/ of this registrar release"
+        ));
+    }
+    if !has_plugin {
+        return Err(format!(
+            "it does not export {WIT_PACKAGE}/plugin@{WIT_VERSION}, so it is not a registrar policy plugin (build it against wit/policy.wit, one of its worlds)"
+        ));
+    }
+    Ok(hooks)
+}
+
+/// wasmtime matches semver-compatible names: for 0.x only the patch may differ.
+fn compatible(version: &str) -> bool {
+    let mut parts = version.split('.');
+    matches!((parts.next(), parts.next()), (Some("0"), Some("1")))
+}
+
+pub(super) fn describe_hooks(hooks: &BTreeSet<Hook>) -> String {
+    if hooks.is_empty() {
+        return "no hooks".into();
+    }
+    hooks
+        .iter()
+        .map(|h| h.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(super) fn link_error(e: &wasmtime::Error) -> String {
+    let text = format!("{e:#}");
+    if text.contains("matching implementation was not found") {
+        format!(
+            "{text}: a policy plugin may import only {WIT_PACKAGE}/host-log and WASI 0.2 (which the host gives with nothing in it). \
+             For componentize-py use --stub-wasi; for componentize-js disable every feature"
+        )
+    } else {
+        text
+    }
+}

@@ -1,0 +1,218 @@
+//! A loaded plugin as the chain sees it: one generic hook call, and per hook
+//! only the conversion between the WIT types and the registrar's.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::Store;
+use wasmtime::component::{Instance, InstancePre};
+
+use super::Host;
+use super::bindings::csi_registrar::policy::types::{PolicyError, RegistrationContext};
+use super::bindings::exports::csi_registrar::policy::{
+    driver_name, endpoint, failure, plugin, versions,
+};
+use super::sandbox::{self, CallSpec, HostState, MAX_LOG_MESSAGE};
+use crate::policy::chain::{CallError, PluginHooks};
+use crate::policy::config::{Hook, Mode, OnError};
+use crate::policy::{Context, Failure, FailureAction};
+use crate::validate::bounded;
+
+/// A plugin's own name and version, as `info()` reports them, in logs.
+const MAX_INFO: usize = 128;
+
+/// A loaded plugin; cheap to call, nothing shared between calls.
+pub struct WasmPlugin {
+    pub(super) host: Arc<Host>,
+    pub(super) id: Arc<str>,
+    pub(super) mode: Mode,
+    pub(super) on_error: OnError,
+    pub(super) timeout: Duration,
+    pub(super) memory_limit: u64,
+    pub(super) settings_json: String,
+    pub(super) pre: InstancePre<HostState>,
+    pub(super) plugin: plugin::GuestIndices,
+    pub(super) driver_name: Option<driver_name::GuestIndices>,
+    pub(super) versions: Option<versions::GuestIndices>,
+    pub(super) failure: Option<failure::GuestIndices>,
+    pub(super) endpoint: Option<endpoint::GuestIndices>,
+    /// The hooks that run: exported, and allowed by the TOML filter.
+    pub(super) hooks: BTreeSet<Hook>,
+    /// Every hook the component exports.
+    pub(super) exported: BTreeSet<Hook>,
+}
+
+impl WasmPlugin {
+    pub fn exported_hooks(&self) -> &BTreeSet<Hook> {
+        &self.exported
+    }
+
+    /// Runs `f` in a fresh instance, under this plugin's deadline and memory cap.
+    fn call<R>(
+        &self,
+        hook: &'static str,
+        f: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        sandbox::call(
+            CallSpec {
+                engine: &self.host.engine,
+                timers: &self.host.timers,
+                pre: &self.pre,
+                plugin: &self.id,
+                hook,
+                timeout: self.timeout,
+                memory_limit: self.memory_limit,
+            },
+            f,
+        )
+    }
+
+    /// One hook call: the plugin's `policy-error` becomes [`CallError::Plugin`].
+    fn hook<R>(
+        &self,
+        hook: Hook,
+        f: impl AsyncFnOnce(
+            &mut Store<HostState>,
+            &Instance,
+        ) -> wasmtime::Result<Result<R, PolicyError>>,
+    ) -> Result<R, CallError> {
+        self.call(hook.as_str(), f)?
+            .map_err(|e| CallError::Plugin(bounded(e.message, MAX_LOG_MESSAGE)))
+    }
+
+    fn context(&self, ctx: &Context) -> RegistrationContext {
+        RegistrationContext {
+            node_name: ctx.node_name.clone(),
+            driver_name: ctx.driver_name.clone(),
+            driver_version: ctx.driver_version.clone(),
+            csi_address: ctx.csi_address.clone(),
+            kubelet_registration_path: ctx.kubelet_registration_path.clone(),
+            plugin_registration_path: ctx.plugin_registration_path.clone(),
+            settings_json: self.settings_json.clone(),
+        }
+    }
+
+    /// The plugin's own name and version.
+    pub fn info(&self) -> Result<(String, String), CallError> {
+        self.call("info", async |store, instance| {
+            let guest = self.plugin.load(&mut *store, instance)?;
+            let info = guest.call_info(&mut *store).await?;
+            Ok((
+                bounded(info.name, MAX_INFO),
+                bounded(info.version, MAX_INFO),
+            ))
+        })
+    }
+
+    /// Asks the plugin to check its settings.
+    pub fn validate_settings(&self) -> Result<(), String> {
+        self.call("validate-settings", async |store, instance| {
+            let guest = self.plugin.load(&mut *store, instance)?;
+            guest
+                .call_validate_settings(&mut *store, &self.settings_json)
+                .await
+        })
+        .map_err(|e| format!("validate-settings failed: {e}"))?
+        .map_err(|msg| {
+            format!(
+                "the plugin refused its settings: {}",
+                bounded(msg, MAX_LOG_MESSAGE)
+            )
+        })
+    }
+}
+
+fn missing(hook: Hook) -> CallError {
+    CallError::Trap(format!("hook {hook} is not exported"))
+}
+
+impl PluginHooks for WasmPlugin {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    fn on_error(&self) -> OnError {
+        self.on_error
+    }
+
+    fn runs(&self, hook: Hook) -> bool {
+        self.hooks.contains(&hook)
+    }
+
+    fn rewrite_driver_name(
+        &self,
+        ctx: &Context,
+        current: &str,
+    ) -> Result<Option<String>, CallError> {
+        let idx = self.driver_name.as_ref().ok_or(missing(Hook::DriverName))?;
+        let ctx = self.context(ctx);
+        let answer = self.hook(Hook::DriverName, async |store, instance| {
+            let guest = idx.load(&mut *store, instance)?;
+            guest
+                .call_rewrite_driver_name(&mut *store, &ctx, current)
+                .await
+        })?;
+        Ok(match answer {
+            driver_name::NameDecision::Keep => None,
+            driver_name::NameDecision::Rename(name) => Some(name),
+        })
+    }
+
+    fn supported_versions(
+        &self,
+        ctx: &Context,
+        current: &[String],
+    ) -> Result<Vec<String>, CallError> {
+        let idx = self.versions.as_ref().ok_or(missing(Hook::Versions))?;
+        let ctx = self.context(ctx);
+        self.hook(Hook::Versions, async |store, instance| {
+            let guest = idx.load(&mut *store, instance)?;
+            guest
+                .call_supported_versions(&mut *store, &ctx, current)
+                .await
+        })
+    }
+
+    fn map_endpoint(&self, ctx: &Context, current: &str) -> Result<Option<String>, CallError> {
+        let idx = self.endpoint.as_ref().ok_or(missing(Hook::Endpoint))?;
+        let ctx = self.context(ctx);
+        let answer = self.hook(Hook::Endpoint, async |store, instance| {
+            let guest = idx.load(&mut *store, instance)?;
+            guest.call_map_endpoint(&mut *store, &ctx, current).await
+        })?;
+        Ok(match answer {
+            endpoint::EndpointDecision::Keep => None,
+            endpoint::EndpointDecision::Replace(p) => Some(p),
+        })
+    }
+
+    fn on_failure(&self, ctx: &Context, f: &Failure) -> Result<Option<FailureAction>, CallError> {
+        let idx = self.failure.as_ref().ok_or(missing(Hook::Failure))?;
+        let ctx = self.context(ctx);
+        let input = failure::RegistrationFailure {
+            source: failure::FailureSource::KubeletRejected,
+            error: f.error.clone(),
+            attempt: f.attempt,
+            elapsed_ms: u64::try_from(f.elapsed.as_millis()).unwrap_or(u64::MAX),
+        };
+        let answer = self.hook(Hook::Failure, async |store, instance| {
+            let guest = idx.load(&mut *store, instance)?;
+            guest
+                .call_on_registration_failure(&mut *store, &ctx, &input)
+                .await
+        })?;
+        Ok(match answer {
+            failure::FailureAction::Exit(code) => Some(FailureAction::Exit(code)),
+            failure::FailureAction::Retry(b) => Some(FailureAction::Retry(Duration::from_millis(
+                b.delay_ms.into(),
+            ))),
+            failure::FailureAction::Ignore => Some(FailureAction::Ignore),
+            failure::FailureAction::Defer => None,
+        })
+    }
+}

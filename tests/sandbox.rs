@@ -1,0 +1,483 @@
+#![cfg(feature = "wasm")]
+//! The sandbox against hostile plugins: components built without the SDK (WAT)
+//! and the misbehave fixture, each trying one way out of its limits.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::*;
+use csi_node_driver_registrar::metrics::Metrics;
+use csi_node_driver_registrar::policy::config::PolicyConfig;
+use csi_node_driver_registrar::policy::{Chain, Context, Policy, wasm};
+
+fn ctx() -> Context {
+    Context {
+        node_name: "node-a1".into(),
+        driver_name: "hostpath.csi.k8s.io".into(),
+        driver_version: "1.2.3".into(),
+        csi_address: "unix:///csi/csi.sock".into(),
+        kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath/csi.sock".into(),
+        plugin_registration_path: "/registration".into(),
+    }
+}
+
+fn load(dir: &Path, toml: &str) -> Result<Chain, String> {
+    let file = write_policy(dir, toml);
+    let cfg = PolicyConfig::from_file(&file).map_err(|e| e.to_string())?;
+    wasm::load_chain(&cfg, Arc::new(Metrics::new())).map_err(|e| e.to_string())
+}
+
+/// A policy plugin written by hand: `info` and `validate-settings`, and a core
+/// module whose extra memories and tables are given by `extra` (WAT fields).
+fn hand_written(dir: &Path, name: &str, extra: &str) -> std::path::PathBuf {
+    let wat = format!(
+        r#"(component
+  (core module $m
+    (memory (export "memory") 1)
+    {extra}
+    (data (memory 0) (i32.const 16) "hand")
+    (global $heap (mut i32) (i32.const 4096))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32)
+      global.get $heap
+      local.set $p
+      global.get $heap
+      local.get 3
+      i32.add
+      global.set $heap
+      local.get $p)
+    (func (export "info") (result i32)
+      (i32.store (i32.const 100) (i32.const 16))
+      (i32.store (i32.const 104) (i32.const 4))
+      (i32.store (i32.const 108) (i32.const 16))
+      (i32.store (i32.const 112) (i32.const 4))
+      i32.const 100)
+    (func (export "validate-settings") (param i32 i32) (result i32)
+      (i32.store8 (i32.const 200) (i32.const 0))
+      i32.const 200))
+  (core instance $i (instantiate $m))
+  (type $info (record (field "name" string) (field "version" string)))
+  (func $info (result $info)
+    (canon lift (core func $i "info") (memory (core memory $i "memory"))))
+  (func $validate (param "settings-json" string) (result (result (error string)))
+    (canon lift (core func $i "validate-settings") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
+  (component $plugin
+    (type $info' (record (field "name" string) (field "version" string)))
+    (import "plugin-info-in" (type $t (eq $info')))
+    (import "info-in" (func $f (result $t)))
+    (import "validate-in" (func $v (param "settings-json" string) (result (result (error string)))))
+    (export $e "plugin-info" (type $t))
+    (export "info" (func $f) (func (result $e)))
+    (export "validate-settings" (func $v)))
+  (instance $p (instantiate $plugin
+    (with "plugin-info-in" (type $info))
+    (with "info-in" (func $info))
+    (with "validate-in" (func $validate))))
+  (export "csi-registrar:policy/plugin@0.1.0" (instance $p)))"#
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, wat::parse_str(&wat).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn a_hand_written_plugin_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = hand_written(dir.path(), "plain.wasm", "");
+    let chain = load(dir.path(), &plugin_entry("plain", &path, "")).unwrap();
+    assert_eq!(chain.plugin_ids(), ["plain"]);
+}
+
+fn misbehave(action: &str, extra: &str) -> String {
+    plugin_entry(
+        "m",
+        &plugin("misbehave"),
+        &format!("{extra}\n[plugin.settings]\ndo = \"{action}\"\n"),
+    )
+}
+
+// Class 1: deadlines that nothing outlives.
+
+/// `std::thread::sleep` in a guest is a WASI monotonic-clock wait: a host
+/// call, where epoch interruption alone never fires. The plugin sleeps for a
+/// minute; every hook must end at its deadline of 100 ms instead.
+#[test]
+fn a_plugin_sleeping_in_a_host_call_is_stopped_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    for hook in ["driver-name", "versions", "endpoint"] {
+        let chain = load(
+            dir.path(),
+            &misbehave("sleep", &format!("hooks = [\"{hook}\"]\ntimeout_ms = 100")),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let err = chain.registration(&ctx()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("policy plugin \"m\", hook {hook}: deadline of 100ms exceeded")
+        );
+        // Not a timing goal: the sleep is 60 s, and a call that waited for it
+        // would take that long.
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    }
+    let chain = load(
+        dir.path(),
+        &misbehave("sleep", "hooks = [\"failure\"]\ntimeout_ms = 100"),
+    )
+    .unwrap();
+    let failure = csi_node_driver_registrar::policy::Failure {
+        error: "refused".into(),
+        attempt: 1,
+        elapsed: std::time::Duration::ZERO,
+    };
+    let err = chain.on_failure(&ctx(), &failure).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "policy plugin \"m\", hook failure: deadline of 100ms exceeded"
+    );
+}
+
+#[test]
+fn validate_settings_sleeping_is_stopped_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = load(
+        dir.path(),
+        &misbehave(
+            "echo",
+            "timeout_ms = 100\n[plugin.settings]\nsleep-in-settings = true",
+        )
+        .replace("[plugin.settings]\ndo = \"echo\"\n", "do = \"echo\"\n"),
+    )
+    .unwrap_err();
+    assert!(
+        err.ends_with("validate-settings failed: deadline of 100ms exceeded"),
+        "{err}"
+    );
+}
+
+/// Deadline timers are armed per call: one call's timer firing must not end
+/// another call early. Fast calls run while other threads keep hitting their
+/// own short deadlines, sleeping and spinning.
+#[test]
+fn one_calls_deadline_never_ends_another_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let echo = Arc::new(
+        load(
+            dir.path(),
+            &misbehave("echo", "hooks = [\"driver-name\"]\ntimeout_ms = 999"),
+        )
+        .unwrap(),
+    );
+    let sleeper = Arc::new(
+        load(
+            dir.path(),
+            &misbehave("sleep", "hooks = [\"driver-name\"]\ntimeout_ms = 5"),
+        )
+        .unwrap(),
+    );
+    let spinner = Arc::new(
+        load(
+            dir.path(),
+            &misbehave("loop", "hooks = [\"driver-name\"]\ntimeout_ms = 5"),
+        )
+        .unwrap(),
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let disturbers: Vec<_> = [sleeper, spinner]
+        .into_iter()
+        .map(|chain| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut ended = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || ended == 0 {
+                    let err = chain.registration(&ctx()).unwrap_err().to_string();
+                    assert!(err.ends_with("deadline of 5ms exceeded"), "{err}");
+                    ended += 1;
+                }
+                ended
+            })
+        })
+        .collect();
+    for round in 0..300 {
+        let name = echo
+            .registration(&ctx())
+            .unwrap_or_else(|e| panic!("round {round}: {e}"))
+            .name;
+        assert_eq!(name, "hostpath.csi.k8s.io.node-a1");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for d in disturbers {
+        assert!(d.join().unwrap() > 0);
+    }
+}
+
+/// SIGTERM while a plugin call sleeps: the registrar exits 0 at once with its
+/// socket removed. Had it waited for the call, the call's timeout would have
+/// made the failure policy fail (exit 1), as before this was fixed.
+#[tokio::test]
+async fn sigterm_during_a_plugin_call_exits_0_and_removes_the_socket() {
+    use csi_node_driver_registrar::standins::{
+        DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour,
+    };
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named("hostpath.csi.k8s.io"))
+        .await
+        .unwrap();
+    let policy = write_policy(
+        sb.dir.path(),
+        &misbehave("sleep", "hooks = [\"failure\"]\ntimeout_ms = 999"),
+    );
+    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let socket = sb.socket("hostpath.csi.k8s.io");
+    assert!(appears(&socket).await, "{}", registrar.log_text());
+    let kubelet = FakeKubelet::new(KubeletBehaviour {
+        refuse_with: Some("error updating Node object: forbidden".into()),
+    });
+    kubelet.register(&socket).await.unwrap();
+    assert!(
+        registrar.wait_log("misbehave: sleeping").await,
+        "{}",
+        registrar.log_text()
+    );
+    registrar.signal(libc::SIGTERM);
+    assert_eq!(registrar.exit_code().await, 0, "{}", registrar.log_text());
+    assert!(!socket.exists());
+    let log = registrar.log_text();
+    assert!(!log.contains("Failure policy failed"), "{log}");
+}
+
+/// The same during start-up, when the call decides the registration: nothing
+/// is left behind.
+#[tokio::test]
+async fn sigterm_during_a_start_up_plugin_call_exits_0() {
+    use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named("hostpath.csi.k8s.io"))
+        .await
+        .unwrap();
+    let policy = write_policy(
+        sb.dir.path(),
+        &misbehave("sleep", "hooks = [\"driver-name\"]\ntimeout_ms = 999"),
+    );
+    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    assert!(
+        registrar.wait_log("misbehave: sleeping").await,
+        "{}",
+        registrar.log_text()
+    );
+    registrar.signal(libc::SIGTERM);
+    assert_eq!(registrar.exit_code().await, 0, "{}", registrar.log_text());
+    assert_eq!(std::fs::read_dir(&sb.registry).unwrap().count(), 0);
+}
+
+// Class 2: the memory cap is per instance.
+
+#[test]
+fn the_memory_cap_covers_every_memory_and_table_of_an_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    // 31 extra memories of 32 MiB: each under the cap, together 31 times it.
+    let many = hand_written(dir.path(), "memories.wasm", &"(memory 512)\n".repeat(31));
+    let err = load(
+        dir.path(),
+        &plugin_entry("many", &many, "memory_limit_mib = 64"),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("memory_limit_mib = 64 is too small for this plugin: starting an instance asked for at least 65 MiB"),
+        "{err}"
+    );
+    // Tables count too (16 bytes an element): 10 million elements are 153 MiB.
+    let table = hand_written(dir.path(), "table.wasm", "(table 10000000 funcref)");
+    let err = load(
+        dir.path(),
+        &plugin_entry("table", &table, "memory_limit_mib = 64"),
+    )
+    .unwrap_err();
+    assert!(err.contains("asked for at least 153 MiB"), "{err}");
+    // Under a cap that holds them all, the same kind of plugin loads.
+    let three = hand_written(dir.path(), "three.wasm", &"(memory 512)\n".repeat(3));
+    load(
+        dir.path(),
+        &plugin_entry("three", &three, "memory_limit_mib = 97"),
+    )
+    .unwrap();
+    let err = load(
+        dir.path(),
+        &plugin_entry("three", &three, "memory_limit_mib = 96"),
+    )
+    .unwrap_err();
+    assert!(err.contains("asked for at least 97 MiB"), "{err}");
+}
+
+#[test]
+fn a_memory_limit_too_small_to_start_is_refused_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = load(
+        dir.path(),
+        &plugin_entry(
+            "p",
+            &plugin("pool-suffix"),
+            "memory_limit_mib = 1\n[plugin.settings]\nsuffix = \"-a\"",
+        ),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("memory_limit_mib = 1 is too small for this plugin: starting an instance asked for at least")
+            && err.ends_with("raise memory_limit_mib"),
+        "{err}"
+    );
+}
+
+// Class 4: what runs is what is pinned, cache or not.
+
+fn entries(cache: &Path) -> Vec<std::path::PathBuf> {
+    match std::fs::read_dir(cache) {
+        Ok(dir) => dir.map(|e| e.unwrap().path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn suffix_policy(header: &str) -> String {
+    format!(
+        "{header}{}",
+        plugin_entry(
+            "p",
+            &plugin("pool-suffix"),
+            "[plugin.settings]\nsuffix = \"-a\""
+        )
+    )
+}
+
+/// Another component's compiled entry copied over the pinned one's: the
+/// registrar must run the pinned component, not the copy.
+#[test]
+fn a_swapped_cache_entry_is_never_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let header = cached_policy(dir.path(), &cache);
+    let pinned = suffix_policy(&header);
+    load(dir.path(), &pinned).unwrap();
+    let [pinned_entry] = entries(&cache).try_into().unwrap();
+    let other = format!("{header}{}", misbehave("echo", "hooks = [\"driver-name\"]"));
+    let chain = load(dir.path(), &other).unwrap();
+    assert_eq!(
+        chain.registration(&ctx()).unwrap().name,
+        "hostpath.csi.k8s.io.node-a1"
+    );
+    drop(chain);
+    let other_entry = entries(&cache)
+        .into_iter()
+        .find(|e| *e != pinned_entry)
+        .unwrap();
+    // Swapped by rename, as a file is replaced in place.
+    let copy = cache.join("copy.tmp");
+    std::fs::copy(&other_entry, &copy).unwrap();
+    std::fs::rename(&copy, &pinned_entry).unwrap();
+
+    let chain = load(dir.path(), &pinned).unwrap();
+    assert_eq!(
+        chain.registration(&ctx()).unwrap().name,
+        "hostpath.csi.k8s.io-a"
+    );
+    // ...and the entry was compiled again from the pinned component.
+    assert_ne!(
+        std::fs::read(&pinned_entry).unwrap(),
+        std::fs::read(&other_entry).unwrap()
+    );
+    drop(chain);
+    let chain = load(dir.path(), &pinned).unwrap();
+    assert_eq!(
+        chain.registration(&ctx()).unwrap().name,
+        "hostpath.csi.k8s.io-a"
+    );
+}
+
+/// An entry written under another key (another node's, or an attacker's
+/// guess) is compiled again; so is one with a byte changed.
+#[test]
+fn an_entry_under_another_key_or_edited_is_compiled_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let header = cached_policy(dir.path(), &cache);
+    let pinned = suffix_policy(&header);
+    load(dir.path(), &pinned).unwrap();
+    let [entry] = entries(&cache).try_into().unwrap();
+    let original = std::fs::read(&entry).unwrap();
+
+    std::fs::write(
+        dir.path().join("cache.key"),
+        "another key of at least thirty-two bytes",
+    )
+    .unwrap();
+    load(dir.path(), &pinned).unwrap();
+    let rewritten = std::fs::read(&entry).unwrap();
+    assert_ne!(rewritten, original, "the entry is tagged with the new key");
+
+    let mut edited = rewritten.clone();
+    let last = edited.len() - 1;
+    edited[last] ^= 1;
+    let tmp = cache.join("edit.tmp");
+    std::fs::write(&tmp, &edited).unwrap();
+    std::fs::rename(&tmp, &entry).unwrap();
+    let chain = load(dir.path(), &pinned).unwrap();
+    assert_eq!(
+        chain.registration(&ctx()).unwrap().name,
+        "hostpath.csi.k8s.io-a"
+    );
+    assert_eq!(std::fs::read(&entry).unwrap(), rewritten);
+}
+
+/// Without a usable key the cache is not used at all: no key file named, a
+/// key inside the cache directory, a key too short.
+#[test]
+fn without_a_usable_key_the_cache_is_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let no_key = format!("[policy]\ncache_dir = \"{}\"\n", cache.display());
+    let chain = load(dir.path(), &suffix_policy(&no_key)).unwrap();
+    assert_eq!(
+        chain.registration(&ctx()).unwrap().name,
+        "hostpath.csi.k8s.io-a"
+    );
+    assert!(entries(&cache).is_empty());
+
+    std::fs::create_dir(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let inside = cache.join("cache.key");
+    std::fs::write(&inside, "0123456789abcdef0123456789abcdef").unwrap();
+    let short = dir.path().join("short.key");
+    std::fs::write(&short, "too short\n").unwrap();
+    for key in [&inside, &short] {
+        let header = format!(
+            "[policy]\ncache_dir = \"{}\"\ncache_key_file = \"{}\"\n",
+            cache.display(),
+            key.display()
+        );
+        load(dir.path(), &suffix_policy(&header)).unwrap();
+        assert!(
+            entries(&cache)
+                .iter()
+                .all(|e| e.extension().is_none_or(|x| x != "cwasm")),
+            "{key:?}"
+        );
+    }
+}
+
+#[test]
+fn the_key_cli_makes_keys_the_registrar_takes() {
+    let out = std::process::Command::new(BIN)
+        .args(["plugin", "cache-key"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let key = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(key.trim().len(), 64);
+    assert!(key.trim().chars().all(|c| c.is_ascii_hexdigit()));
+    let again = std::process::Command::new(BIN)
+        .args(["plugin", "cache-key"])
+        .output()
+        .unwrap();
+    assert_ne!(again.stdout, key.as_bytes(), "a new key each time");
+}
