@@ -53,7 +53,7 @@ pub(crate) async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
     let (stop, stopped) = oneshot::channel::<()>();
     let status = Arc::new(Status::default());
     let metrics = Arc::new(Metrics::new());
-    let registrar = tokio::spawn(app::run_with(
+    let mut registrar = tokio::spawn(app::run_with(
         config,
         async {
             let _ = stopped.await;
@@ -62,18 +62,19 @@ pub(crate) async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
         metrics.clone(),
         status.clone(),
     ));
-
-    let socket = match wait_for_socket(&registry, Duration::from_secs(30)).await {
-        Some(s) => s,
-        None => {
-            let _ = stop.send(());
-            return match registrar.await? {
-                Err(e) => Err(anyhow::anyhow!("the registrar stopped: {e}")),
-                Ok(code) => Err(anyhow::anyhow!(
-                    "the registrar exited with {code} before creating its socket"
-                )),
-            };
-        }
+    let ended_early = |ended: Result<u8, app::AppError>| match ended {
+        Err(e) => anyhow::anyhow!("the registrar stopped: {e}"),
+        Ok(code) => anyhow::anyhow!("the registrar exited with {code} before creating its socket"),
+    };
+    // A registrar that stops at start-up (a plugin refusing, say) is reported
+    // as soon as it stops, not when the wait for its socket runs out.
+    let socket = tokio::select! {
+        found = wait_for_socket(&registry, Duration::from_secs(30)) => found,
+        ended = &mut registrar => return Err(ended_early(ended?)),
+    };
+    let Some(socket) = socket else {
+        let _ = stop.send(());
+        return Err(ended_early(registrar.await?));
     };
     if driver.next_call(Duration::from_secs(1)).await == Some(DriverCall::GetPluginInfo) {
         println!("[driver]    <- GetPluginInfo from the registrar");

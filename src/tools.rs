@@ -184,10 +184,8 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
 
 #[cfg(feature = "wasm")]
 fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
-    use crate::policy::chain::PluginHooks;
-    use crate::policy::config::{Hook, PluginConfig};
+    use crate::policy::config::{DEFAULT_MAX_RETRY_MS, DEFAULT_MIN_RETRY_MS, Hook, PluginConfig};
     use crate::policy::{Context, Failure};
-    use crate::validate;
 
     let host = crate::policy::wasm::Host::new()
         .map_err(|e| anyhow::anyhow!("cannot start the WebAssembly engine: {e:#}"))?;
@@ -279,66 +277,103 @@ fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
                     *field = v;
                 }
             }
+            // The registrar's own path: a chain of this one plugin, limited
+            // to the hook, with the registrar's checks, clamping and errors.
             let cfg = PluginConfig {
                 settings_json: settings.json()?,
                 timeout: std::time::Duration::from_millis(timeout_ms),
+                hooks: Some([hook].into()),
                 ..PluginConfig::unpinned(&wasm)
             };
+            // (Loading fails, naming what it exports, if the hook is not one.)
             let plugin = host.load(&cfg, None)?;
-            if !plugin.runs(hook) {
-                anyhow::bail!("the component does not export the {hook} hook");
-            }
-            let started = std::time::Instant::now();
-            let (decision, check) = match hook {
-                Hook::DriverName => {
-                    let current = current.unwrap_or_else(|| ctx.driver_name.clone());
-                    let d = plugin.rewrite_driver_name(&ctx, &current)?;
-                    let check = d
-                        .as_ref()
-                        .map(|n| validate::driver_name(n).map_err(|e| e.to_string()));
-                    (serde_json::json!({ "rename": d }), check)
-                }
-                Hook::Endpoint => {
-                    let current = current.unwrap_or_else(|| ctx.kubelet_registration_path.clone());
-                    let d = plugin.map_endpoint(&ctx, &current)?;
-                    let check = d
-                        .as_ref()
-                        .map(|p| validate::endpoint(p).map_err(|e| e.to_string()));
-                    (serde_json::json!({ "replace": d }), check)
-                }
-                Hook::Versions => {
-                    let current = if versions.is_empty() {
-                        vec!["1.0.0".to_owned()]
-                    } else {
-                        versions
-                    };
-                    let d = plugin.supported_versions(&ctx, &current)?;
-                    let check = Some(
-                        validate::highest_supported_version(&d)
-                            .map(drop)
-                            .map_err(|e| e.to_string()),
-                    );
-                    (serde_json::json!({ "supported_versions": d }), check)
-                }
-                Hook::Failure => {
-                    let f = Failure {
-                        error,
-                        attempt,
-                        elapsed: std::time::Duration::ZERO,
-                    };
-                    let d = plugin.on_failure(&ctx, &f)?;
-                    (
-                        d.map_or(serde_json::json!("defer"), |a| serde_json::json!(a)),
-                        None,
-                    )
-                }
+            let chain = crate::policy::Chain::new(
+                vec![Box::new(plugin)],
+                std::time::Duration::from_millis(DEFAULT_MIN_RETRY_MS),
+                std::time::Duration::from_millis(DEFAULT_MAX_RETRY_MS),
+                std::sync::Arc::new(crate::metrics::Metrics::new()),
+            );
+            let start = crate::policy::Registration {
+                name: current.clone().unwrap_or_else(|| ctx.driver_name.clone()),
+                endpoint: current.unwrap_or_else(|| ctx.kubelet_registration_path.clone()),
+                supported_versions: if versions.is_empty() {
+                    vec!["1.0.0".to_owned()]
+                } else {
+                    versions
+                },
             };
-            let mut out = serde_json::json!({ "hook": hook.as_str(), "decision": decision, "took_us": started.elapsed().as_micros() as u64 });
-            if let Some(Err(reason)) = check {
-                out["refused_by_host"] = serde_json::json!(reason);
+            let started = std::time::Instant::now();
+            let decided = match hook {
+                Hook::Failure => chain
+                    .decide_failure(
+                        &ctx,
+                        &Failure {
+                            error,
+                            attempt,
+                            elapsed: std::time::Duration::ZERO,
+                        },
+                    )
+                    .map(|d| {
+                        let mut out = serde_json::json!({
+                            "decision": match d.by {
+                                Some(_) => serde_json::json!(d.action),
+                                None => serde_json::json!("defer"),
+                            },
+                        });
+                        if d.by.is_none() {
+                            out["registrar"] = serde_json::json!({ "built_in": d.action });
+                        }
+                        if let Some(asked) = d.asked {
+                            out["clamped_from"] = serde_json::json!(asked);
+                        }
+                        out
+                    }),
+                _ => chain.registration_from(&ctx, start.clone()).map(|r| {
+                    let (key, before, after) = match hook {
+                        Hook::DriverName => (
+                            "rename",
+                            serde_json::json!(start.name),
+                            serde_json::json!(r.name),
+                        ),
+                        Hook::Endpoint => (
+                            "replace",
+                            serde_json::json!(start.endpoint),
+                            serde_json::json!(r.endpoint),
+                        ),
+                        _ => (
+                            "supported_versions",
+                            serde_json::json!(start.supported_versions),
+                            serde_json::json!(r.supported_versions),
+                        ),
+                    };
+                    let decision = if hook == Hook::Versions {
+                        serde_json::json!({ key: after })
+                    } else if after == before {
+                        serde_json::json!("keep")
+                    } else {
+                        serde_json::json!({ key: after })
+                    };
+                    serde_json::json!({ "decision": decision })
+                }),
+            };
+            let took = started.elapsed().as_micros() as u64;
+            match decided {
+                Ok(mut out) => {
+                    out["hook"] = serde_json::json!(hook.as_str());
+                    out["took_us"] = serde_json::json!(took);
+                    println!("{}", serde_json::to_string_pretty(&out)?);
+                    Ok(())
+                }
+                Err(e) => {
+                    let out = serde_json::json!({
+                        "hook": hook.as_str(),
+                        "error": e.message,
+                        "took_us": took,
+                    });
+                    println!("{}", serde_json::to_string_pretty(&out)?);
+                    Err(e.into())
+                }
             }
-            println!("{}", serde_json::to_string_pretty(&out)?);
-            Ok(())
         }
         PluginCommand::Precompile {
             wasm,

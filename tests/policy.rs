@@ -73,8 +73,14 @@ fn a_plugin_that_allocates_without_bound_hits_the_memory_cap() {
 #[test]
 fn a_trap_is_contained_and_named() {
     let err = registration_error("trap", "");
+    // Plugin, hook and cause first; the wasm backtrace is for the debug log.
     assert!(
-        err.starts_with("policy plugin \"m\", hook driver-name: trapped:"),
+        err.starts_with("policy plugin \"m\", hook driver-name: trapped: wasm trap: wasm `unreachable` instruction executed (its last output: "),
+        "{err}"
+    );
+    assert!(err.contains("misbehave: trap requested"), "{err}");
+    assert!(
+        !err.contains("wasm function") && !err.contains('\n'),
         "{err}"
     );
 }
@@ -1047,7 +1053,7 @@ fn author_cli_inspects_validates_runs_and_precompiles() {
     assert_eq!(code, 0, "{err}");
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["decision"]["rename"], "nfs.csi.k8s.io-a");
-    assert!(r.get("refused_by_host").is_none());
+    assert!(r.get("error").is_none());
 
     let retry = plugin("retry-backoff");
     let (_, out, _) = tool(&[
@@ -1072,11 +1078,11 @@ fn author_cli_inspects_validates_runs_and_precompiles() {
         "--settings-json",
         r#"{"do": "invalid"}"#,
     ]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 1);
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
-        r["refused_by_host"],
-        "endpoint \"relative/csi.sock\" is not an absolute path"
+        r["error"],
+        "invalid decision: endpoint \"relative/csi.sock\" is not an absolute path"
     );
 
     let (code, _, err) = tool(&[
@@ -1089,7 +1095,13 @@ fn author_cli_inspects_validates_runs_and_precompiles() {
         r#"{"suffix": "-a"}"#,
     ]);
     assert_eq!(code, 1);
-    assert!(err.contains("does not export the failure hook"), "{err}");
+    assert!(
+        err.starts_with("error: policy plugin \"pool_suffix\"")
+            && err.contains(
+                "does not export csi-registrar:policy/failure@0.1.0; it exports driver-name"
+            ),
+        "{err}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
@@ -1118,4 +1130,139 @@ fn author_cli_inspects_validates_runs_and_precompiles() {
         before
     );
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+}
+
+/// `plugin run` decides as the registrar does, for every hook: an answer the
+/// registrar refuses is shown refused, with the registrar's own error; one it
+/// clamps is shown clamped; one it takes is shown as taken.
+#[test]
+fn plugin_run_and_the_registrar_agree_on_every_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = plugin("misbehave");
+    let failure = Failure {
+        error: "RegisterPlugin error -- plugin registration failed with err: example".into(),
+        attempt: 1,
+        elapsed: Duration::ZERO,
+    };
+    let default_ctx = Context {
+        node_name: "node-1".into(),
+        driver_name: "hostpath.csi.k8s.io".into(),
+        driver_version: "1.0.0".into(),
+        csi_address: "/csi/csi.sock".into(),
+        kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath.csi.k8s.io/csi.sock".into(),
+        plugin_registration_path: "/registration".into(),
+    };
+    for hook in ["driver-name", "versions", "endpoint", "failure"] {
+        for action in ["invalid", "trap", "error", "echo"] {
+            let (code, out, err) = tool(&[
+                "plugin",
+                "run",
+                m.to_str().unwrap(),
+                "--hook",
+                hook,
+                "--settings-json",
+                &format!(r#"{{"do": "{action}"}}"#),
+            ]);
+            let shown: serde_json::Value = serde_json::from_str(&out)
+                .unwrap_or_else(|e| panic!("{hook} {action}: {e}: {out} {err}"));
+            let chain = load(
+                dir.path(),
+                &plugin_entry(
+                    "misbehave",
+                    &m,
+                    &format!("hooks = [\"{hook}\"]\n[plugin.settings]\ndo = \"{action}\""),
+                ),
+            )
+            .unwrap();
+            let registrar = if hook == "failure" {
+                chain
+                    .on_failure(&default_ctx, &failure)
+                    .map(|a| serde_json::json!(a))
+            } else {
+                chain
+                    .registration(&default_ctx)
+                    .map(|r| serde_json::json!(r))
+            };
+            match registrar {
+                Err(e) => {
+                    assert_eq!(
+                        code, 1,
+                        "{hook} {action}: the registrar refuses: {e}; {out}"
+                    );
+                    assert_eq!(shown["error"], e.message, "{hook} {action}");
+                    assert_eq!(
+                        err.lines().find(|l| l.starts_with("error:")),
+                        Some(format!("error: {e}").as_str()),
+                        "{hook} {action}: the error's first line names plugin, hook and cause"
+                    );
+                }
+                Ok(decided) => {
+                    assert_eq!(code, 0, "{hook} {action}: {err}");
+                    let registrar_view = match hook {
+                        "driver-name" if decided["name"] == default_ctx.driver_name => {
+                            serde_json::json!("keep")
+                        }
+                        "driver-name" => serde_json::json!({ "rename": decided["name"] }),
+                        "endpoint"
+                            if decided["endpoint"] == default_ctx.kubelet_registration_path =>
+                        {
+                            serde_json::json!("keep")
+                        }
+                        "endpoint" => serde_json::json!({ "replace": decided["endpoint"] }),
+                        "versions" => {
+                            serde_json::json!({ "supported_versions": decided["supported_versions"] })
+                        }
+                        _ => shown["registrar"]["built_in"].clone(),
+                    };
+                    let tool_view = if hook == "failure" && shown["decision"] == "defer" {
+                        shown["registrar"]["built_in"].clone()
+                    } else {
+                        shown["decision"].clone()
+                    };
+                    assert_eq!(
+                        tool_view,
+                        if hook == "failure" {
+                            decided.clone()
+                        } else {
+                            registrar_view
+                        },
+                        "{hook} {action}: {out}"
+                    );
+                }
+            }
+        }
+    }
+
+    // A delay under policy.min_retry_ms is clamped, and shown so.
+    let retry = plugin("retry-backoff");
+    let (code, out, err) = tool(&[
+        "plugin",
+        "run",
+        retry.to_str().unwrap(),
+        "--hook",
+        "failure",
+        "--settings-json",
+        r#"{"initial_delay_ms": 10}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        shown["decision"],
+        serde_json::json!({"retry": 500}),
+        "{out}"
+    );
+    assert_eq!(
+        shown["clamped_from"],
+        serde_json::json!({"retry": 10}),
+        "{out}"
+    );
+    let chain = load(
+        dir.path(),
+        &plugin_entry("retry", &retry, "[plugin.settings]\ninitial_delay_ms = 10"),
+    )
+    .unwrap();
+    assert_eq!(
+        chain.on_failure(&default_ctx, &failure).unwrap(),
+        FailureAction::Retry(Duration::from_millis(500))
+    );
 }

@@ -481,3 +481,57 @@ fn the_key_cli_makes_keys_the_registrar_takes() {
         .unwrap();
     assert_ne!(again.stdout, key.as_bytes(), "a new key each time");
 }
+
+// Class 7: the first line of every error says plugin, hook and cause.
+
+#[test]
+fn deep_nesting_in_the_policy_file_is_refused_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = 1000;
+    for (what, line) in [
+        ("dotted key", format!("{} = 1", vec!["k"; deep].join("."))),
+        (
+            "inline tables",
+            format!("k = {}1{}", "{ k = ".repeat(deep), " }".repeat(deep)),
+        ),
+        (
+            "arrays",
+            format!("k = {}1{}", "[".repeat(deep), "]".repeat(deep)),
+        ),
+    ] {
+        let toml = format!(
+            "[policy]\nmin_retry_ms = 10\n\n[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\n[plugin.settings]\n{line}\n"
+        );
+        let err = load(dir.path(), &toml).unwrap_err();
+        let first = err.lines().next().unwrap();
+        assert!(
+            first.starts_with(&format!(
+                "policy file {}, line 8: ",
+                dir.path().join("policy.toml").display()
+            )),
+            "{what}: {first}"
+        );
+        assert!(first.contains("flatten this line"), "{what}: {first}");
+    }
+}
+
+/// `demo` reports a registrar that stops at start-up as soon as it stops.
+/// (Not a timing goal: it used to wait 30 s for a socket that never came.)
+#[tokio::test]
+async fn demo_reports_a_start_up_refusal_at_once_naming_plugin_and_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write_policy(dir.path(), &misbehave("trap", "hooks = [\"driver-name\"]"));
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        run_binary(&["demo", "--policy", policy.to_str().unwrap()]),
+    )
+    .await
+    .expect("demo still waiting after 20 s");
+    let (code, _, err) = out;
+    assert_eq!(code, 1, "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.starts_with("error: the registrar stopped: policy plugin \"m\", hook driver-name: trapped: wasm trap: wasm `unreachable` instruction executed"),
+        "{err}"
+    );
+}

@@ -166,9 +166,26 @@ impl Chain {
     }
 }
 
-impl Policy for Chain {
-    fn registration(&self, ctx: &Context) -> Result<Registration, PolicyError> {
-        let mut reg = DefaultPolicy.registration(ctx)?;
+/// How the chain decided a refusal, for the author tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureDecision {
+    /// What the registrar does.
+    pub action: FailureAction,
+    /// The plugin whose answer it is; `None`: every plugin deferred, so the
+    /// built-in policy decided.
+    pub by: Option<String>,
+    /// The plugin's own answer, where the host changed it (a clamped delay).
+    pub asked: Option<FailureAction>,
+}
+
+impl Chain {
+    /// The start-up decisions from `start` on: each plugin in TOML order, each
+    /// of its hooks in turn, every answer checked before it is used.
+    pub fn registration_from(
+        &self,
+        ctx: &Context,
+        mut reg: Registration,
+    ) -> Result<Registration, PolicyError> {
         for p in &self.plugins {
             let p = p.as_ref();
             if p.runs(Hook::DriverName) {
@@ -215,7 +232,12 @@ impl Policy for Chain {
         Ok(reg)
     }
 
-    fn on_failure(&self, ctx: &Context, failure: &Failure) -> Result<FailureAction, PolicyError> {
+    /// The decision on one refusal, and how it was reached.
+    pub fn decide_failure(
+        &self,
+        ctx: &Context,
+        failure: &Failure,
+    ) -> Result<FailureDecision, PolicyError> {
         for p in &self.plugins {
             let p = p.as_ref();
             if !p.runs(Hook::Failure) {
@@ -233,17 +255,35 @@ impl Policy for Chain {
                     _ => Ok(()),
                 },
             )?;
-            if let Some(action) = decided {
-                let action = self.clamp(action);
+            if let Some(asked) = decided {
+                let action = self.clamp(asked);
                 tracing::info!(
                     plugin = p.id(),
                     ?action,
                     attempt = failure.attempt,
                     "failure policy decided"
                 );
-                return Ok(action);
+                return Ok(FailureDecision {
+                    by: Some(p.id().to_owned()),
+                    asked: (asked != action).then_some(asked),
+                    action,
+                });
             }
         }
-        DefaultPolicy.on_failure(ctx, failure)
+        Ok(FailureDecision {
+            action: DefaultPolicy.on_failure(ctx, failure)?,
+            by: None,
+            asked: None,
+        })
+    }
+}
+
+impl Policy for Chain {
+    fn registration(&self, ctx: &Context) -> Result<Registration, PolicyError> {
+        self.registration_from(ctx, DefaultPolicy.registration(ctx)?)
+    }
+
+    fn on_failure(&self, ctx: &Context, failure: &Failure) -> Result<FailureAction, PolicyError> {
+        self.decide_failure(ctx, failure).map(|d| d.action)
     }
 }

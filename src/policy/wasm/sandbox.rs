@@ -248,8 +248,8 @@ pub(super) fn call<R>(
 }
 
 /// A failure's cause on one line, without the backtrace (logged at debug):
-/// the trap, then the plugin's last line of output, which for a Rust panic
-/// is the panic message.
+/// the trap, then the plugin's last two lines of output, which for a Rust
+/// panic are where and why.
 fn cause(error: &wasmtime::Error, output: &[u8]) -> String {
     let backtrace = error.downcast_ref::<WasmBacktrace>().map(|b| b.to_string());
     let mut text = match error.downcast_ref::<Trap>() {
@@ -261,11 +261,19 @@ fn cause(error: &wasmtime::Error, output: &[u8]) -> String {
             .collect::<Vec<_>>()
             .join(": "),
     };
-    let last = String::from_utf8_lossy(output);
-    if let Some(line) = last.lines().rev().find(|l| !l.trim().is_empty()) {
+    let output = String::from_utf8_lossy(output);
+    let mut last: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+        .rev()
+        .take(2)
+        .collect();
+    if !last.is_empty() {
+        last.reverse();
         text.push_str(&format!(
             " (its last output: {})",
-            crate::validate::shown(line.trim())
+            crate::validate::shown(&last.join(" / "))
         ));
     }
     text
