@@ -40,6 +40,7 @@ PY
     cat >"$dir/policy.toml" <<TOML
 [policy]
 cache_dir = "$dir/cache"
+cache_key_file = "$dir/cache.key"
 [[plugin]]
 id = "pool-suffix-$lang"
 path = "$wasm"
@@ -47,7 +48,8 @@ sha256 = "$(sha256sum "$wasm" | cut -d' ' -f1)"
 [plugin.settings]
 suffix = "-$lang"
 TOML
-    "$bin" plugin precompile "$wasm" --cache-dir "$dir/cache" >/dev/null
+    "$bin" plugin cache-key >"$dir/cache.key"
+    "$bin" plugin precompile "$wasm" --cache-dir "$dir/cache" --cache-key-file "$dir/cache.key" >/dev/null
     out=$("$bin" demo --policy "$dir/policy.toml")
     grep -q "GetInfo -> type=\"CSIPlugin\" name=\"hostpath.csi.k8s.io-$lang\"" <<<"$out" || fail "$lang: demo: $out"
     grep -q "kubelet registered \"hostpath.csi.k8s.io-$lang\": true" <<<"$out" || fail "$lang: demo: $out"

@@ -52,6 +52,9 @@ fn main() -> ExitCode {
         registration::socket::remove_live_sockets();
     }));
 
+    // Plugins compile in child processes: the compiler's memory is not kept.
+    #[cfg(feature = "wasm")]
+    csi_node_driver_registrar::policy::wasm::compile_in_child_processes();
     let node_name = std::env::var("KUBE_NODE_NAME").unwrap_or_default();
     let config = match config::Config::from_flags(&flags, node_name) {
         Ok(config::Start::Run(config)) => *config,

@@ -104,6 +104,10 @@ enum PluginCommand {
     },
     /// Print a new random key for `policy.cache_key_file` (64 hex digits).
     CacheKey,
+    /// Used by the registrar itself: compile the component on stdin, write the
+    /// precompiled form on stdout.
+    #[command(hide = true)]
+    CompileWorker,
 }
 
 #[cfg(feature = "wasm")]
@@ -170,6 +174,9 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
             // sockets must see EPIPE as an error, not die of SIGPIPE.
             // SAFETY: restoring a signal's default disposition has no preconditions.
             unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            if let PluginCommand::CompileWorker = cmd {
+                return Some(crate::policy::wasm::compile_worker());
+            }
             plugin(cmd)
         }
     };
@@ -388,6 +395,7 @@ fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        PluginCommand::CompileWorker => unreachable!("dispatched before"),
         PluginCommand::CacheKey => {
             println!("{}", crate::policy::wasm::cache::CacheKey::generate()?);
             Ok(())

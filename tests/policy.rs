@@ -1153,7 +1153,7 @@ fn plugin_run_and_the_registrar_agree_on_every_hook() {
         plugin_registration_path: "/registration".into(),
     };
     for hook in ["driver-name", "versions", "endpoint", "failure"] {
-        for action in ["invalid", "trap", "error", "echo"] {
+        for action in ["invalid", "trap", "error", "sleep", "echo"] {
             let (code, out, err) = tool(&[
                 "plugin",
                 "run",

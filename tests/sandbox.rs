@@ -535,3 +535,43 @@ async fn demo_reports_a_start_up_refusal_at_once_naming_plugin_and_hook() {
         "{err}"
     );
 }
+
+/// The registrar compiles plugins in a child process of its own binary; a
+/// component that does not compile is still reported with the compiler's
+/// reason, naming the plugin, and a good one still registers.
+#[tokio::test]
+async fn the_registrar_compiles_in_a_child_and_reports_its_errors() {
+    use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named("hostpath.csi.k8s.io"))
+        .await
+        .unwrap();
+    // A component header, then a section the validator refuses.
+    let broken = sb.dir.path().join("broken.wasm");
+    std::fs::write(&broken, b"\0asm\x0d\0\x01\0\x7f\x03abc").unwrap();
+    let policy = write_policy(sb.dir.path(), &plugin_entry("broken", &broken, ""));
+    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    assert_eq!(registrar.exit_code().await, 1);
+    let log = registrar.log_text();
+    assert!(
+        log.contains("policy plugin \\\"broken\\\"")
+            && log.contains("not a valid WebAssembly component: "),
+        "{log}"
+    );
+
+    let policy = write_policy(
+        sb.dir.path(),
+        &plugin_entry(
+            "p",
+            &plugin("pool-suffix"),
+            "[plugin.settings]\nsuffix = \"-a\"",
+        ),
+    );
+    let registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    assert!(
+        appears(&sb.socket("hostpath.csi.k8s.io-a")).await,
+        "{}",
+        registrar.log_text()
+    );
+    assert_eq!(registrar.stop().await, 0);
+}

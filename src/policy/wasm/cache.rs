@@ -148,7 +148,10 @@ pub fn load_or_compile(
 ) -> wasmtime::Result<(Component, CacheOutcome)> {
     if let Err(why) = usable_dir(dir) {
         tracing::warn!(cache_dir = %dir.display(), "Plugin cache not used: {why}");
-        return Ok((Component::new(engine, wasm)?, CacheOutcome::Bypassed));
+        return Ok((
+            super::compiler::compile(engine, wasm)?,
+            CacheOutcome::Bypassed,
+        ));
     }
     let path = entry(engine, dir, wasm_sha256);
     if path.exists() {
@@ -167,7 +170,7 @@ pub fn load_or_compile(
             }
         }
     }
-    let compiled = engine.precompile_component(wasm)?;
+    let compiled = super::compiler::precompile(engine, wasm)?;
     let stored = (|| -> std::io::Result<()> {
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         tmp.write_all(MAGIC)?;
@@ -179,7 +182,8 @@ pub fn load_or_compile(
     if let Err(e) = stored {
         tracing::warn!(file = %path.display(), error = %e, "Cannot write plugin cache entry");
     }
-    // SAFETY: `compiled` was produced by `precompile_component` of this engine just now.
+    // SAFETY: `compiled` was produced just now by `precompile_component` of
+    // this engine's configuration (here or in the compiler child).
     let component = unsafe { Component::deserialize(engine, &compiled)? };
     Ok((component, CacheOutcome::Stored))
 }

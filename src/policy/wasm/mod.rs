@@ -16,6 +16,7 @@
 
 mod author;
 pub mod cache;
+mod compiler;
 mod component;
 mod plugin;
 mod sandbox;
@@ -32,6 +33,7 @@ use super::chain::{CallError, Chain, PluginHooks};
 use super::config::{Hook, Mode, OnError, PluginConfig, PolicyConfig};
 use crate::metrics::Metrics;
 pub use author::Inspection;
+pub use compiler::{compile_in_child_processes, compile_worker};
 pub use component::exported_hooks;
 pub use plugin::WasmPlugin;
 use sandbox::HostState;
@@ -90,11 +92,7 @@ impl Drop for Timers {
 
 impl Host {
     pub fn new() -> wasmtime::Result<Arc<Self>> {
-        let mut cfg = wasmtime::Config::new();
-        // Guest code is stopped by epoch interruption (cheaper than fuel),
-        // host calls by dropping their future: see `sandbox`.
-        cfg.epoch_interruption(true);
-        let engine = Engine::new(&cfg)?;
+        let engine = new_engine()?;
         let mut linker = Linker::<HostState>::new(&engine);
         bindings::csi_registrar::policy::host_log::add_to_linker::<_, HasSelf<_>>(
             &mut linker,
@@ -223,12 +221,24 @@ impl Host {
         let started = std::time::Instant::now();
         let (component, outcome) = match cache {
             Some((dir, key)) => cache::load_or_compile(&self.engine, dir, key, wasm, digest),
-            None => Component::new(&self.engine, wasm).map(|c| (c, cache::CacheOutcome::Bypassed)),
+            None => {
+                compiler::compile(&self.engine, wasm).map(|c| (c, cache::CacheOutcome::Bypassed))
+            }
         }
         .map_err(|e| format!("not a valid WebAssembly component: {e:#}"))?;
         tracing::debug!(took = ?started.elapsed(), cache = ?outcome, "Plugin compiled");
         Ok(component)
     }
+}
+
+/// The one engine configuration: the compiler child builds the same, so what
+/// it compiles loads here.
+fn new_engine() -> wasmtime::Result<Engine> {
+    let mut cfg = wasmtime::Config::new();
+    // Guest code is stopped by epoch interruption (cheaper than fuel), host
+    // calls by dropping their future: see `sandbox`.
+    cfg.epoch_interruption(true);
+    Engine::new(&cfg)
 }
 
 impl PluginConfig {
