@@ -213,29 +213,22 @@ fn one_calls_deadline_never_ends_another_call() {
     }
 }
 
-/// SIGTERM while a plugin call sleeps: the registrar exits 0 at once with its
-/// socket removed. Had it waited for the call, the call's timeout would have
-/// made the failure policy fail (exit 1), as before this was fixed.
-#[tokio::test]
-async fn sigterm_during_a_plugin_call_exits_0_and_removes_the_socket() {
-    use csi_node_driver_registrar::standins::{
-        DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour,
-    };
-    let sb = Sandbox::new();
-    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named("hostpath.csi.k8s.io"))
+/// The driver stand-in, and the registrar binary running with this policy.
+async fn registrar_with(
+    sb: &Sandbox,
+    policy: &str,
+) -> (csi_node_driver_registrar::standins::FakeDriver, Registrar) {
+    use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
+    let driver = FakeDriver::start(&sb.csi, DriverSpec::named("hostpath.csi.k8s.io"))
         .await
         .unwrap();
-    let policy = write_policy(
-        sb.dir.path(),
-        &misbehave("sleep", "hooks = [\"failure\"]\ntimeout_ms = 999"),
-    );
-    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
-    let socket = sb.socket("hostpath.csi.k8s.io");
-    assert!(appears(&socket).await, "{}", registrar.log_text());
-    let kubelet = FakeKubelet::new(KubeletBehaviour {
-        refuse_with: Some("error updating Node object: forbidden".into()),
-    });
-    kubelet.register(&socket).await.unwrap();
+    let policy = write_policy(sb.dir.path(), policy);
+    let registrar = Registrar::spawn(sb, &[format!("--policy-config={}", policy.display())]);
+    (driver, registrar)
+}
+
+/// Sends SIGTERM once the plugin says it sleeps; the registrar must exit 0.
+async fn sigterm_while_sleeping(mut registrar: Registrar) -> String {
     assert!(
         registrar.wait_log("misbehave: sleeping").await,
         "{}",
@@ -243,8 +236,29 @@ async fn sigterm_during_a_plugin_call_exits_0_and_removes_the_socket() {
     );
     registrar.signal(libc::SIGTERM);
     assert_eq!(registrar.exit_code().await, 0, "{}", registrar.log_text());
+    registrar.log_text()
+}
+
+/// SIGTERM while a plugin call sleeps: the registrar exits 0 at once with its
+/// socket removed. Had it waited for the call, the call's timeout would have
+/// made the failure policy fail (exit 1), as before this was fixed.
+#[tokio::test]
+async fn sigterm_during_a_plugin_call_exits_0_and_removes_the_socket() {
+    use csi_node_driver_registrar::standins::{FakeKubelet, KubeletBehaviour};
+    let sb = Sandbox::new();
+    let (_driver, registrar) = registrar_with(
+        &sb,
+        &misbehave("sleep", "hooks = [\"failure\"]\ntimeout_ms = 999"),
+    )
+    .await;
+    let socket = sb.socket("hostpath.csi.k8s.io");
+    assert!(appears(&socket).await, "{}", registrar.log_text());
+    let kubelet = FakeKubelet::new(KubeletBehaviour {
+        refuse_with: Some("error updating Node object: forbidden".into()),
+    });
+    kubelet.register(&socket).await.unwrap();
+    let log = sigterm_while_sleeping(registrar).await;
     assert!(!socket.exists());
-    let log = registrar.log_text();
     assert!(!log.contains("Failure policy failed"), "{log}");
 }
 
@@ -252,23 +266,13 @@ async fn sigterm_during_a_plugin_call_exits_0_and_removes_the_socket() {
 /// is left behind.
 #[tokio::test]
 async fn sigterm_during_a_start_up_plugin_call_exits_0() {
-    use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
     let sb = Sandbox::new();
-    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named("hostpath.csi.k8s.io"))
-        .await
-        .unwrap();
-    let policy = write_policy(
-        sb.dir.path(),
+    let (_driver, registrar) = registrar_with(
+        &sb,
         &misbehave("sleep", "hooks = [\"driver-name\"]\ntimeout_ms = 999"),
-    );
-    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
-    assert!(
-        registrar.wait_log("misbehave: sleeping").await,
-        "{}",
-        registrar.log_text()
-    );
-    registrar.signal(libc::SIGTERM);
-    assert_eq!(registrar.exit_code().await, 0, "{}", registrar.log_text());
+    )
+    .await;
+    sigterm_while_sleeping(registrar).await;
     assert_eq!(std::fs::read_dir(&sb.registry).unwrap().count(), 0);
 }
 
@@ -339,6 +343,19 @@ fn entries(cache: &Path) -> Vec<std::path::PathBuf> {
     }
 }
 
+/// Replaces a file by rename, as files are replaced in place: a live component
+/// maps its entry, and truncating a mapped file would fault.
+fn replace(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The driver name a chain decides for [`ctx`].
+fn name(chain: &Chain) -> String {
+    chain.registration(&ctx()).unwrap().name
+}
+
 fn suffix_policy(header: &str) -> String {
     format!(
         "{header}{}",
@@ -362,25 +379,16 @@ fn a_swapped_cache_entry_is_never_run() {
     let [pinned_entry] = entries(&cache).try_into().unwrap();
     let other = format!("{header}{}", misbehave("echo", "hooks = [\"driver-name\"]"));
     let chain = load(dir.path(), &other).unwrap();
-    assert_eq!(
-        chain.registration(&ctx()).unwrap().name,
-        "hostpath.csi.k8s.io.node-a1"
-    );
+    assert_eq!(name(&chain), "hostpath.csi.k8s.io.node-a1");
     drop(chain);
     let other_entry = entries(&cache)
         .into_iter()
         .find(|e| *e != pinned_entry)
         .unwrap();
-    // Swapped by rename, as a file is replaced in place.
-    let copy = cache.join("copy.tmp");
-    std::fs::copy(&other_entry, &copy).unwrap();
-    std::fs::rename(&copy, &pinned_entry).unwrap();
+    replace(&pinned_entry, &std::fs::read(&other_entry).unwrap());
 
     let chain = load(dir.path(), &pinned).unwrap();
-    assert_eq!(
-        chain.registration(&ctx()).unwrap().name,
-        "hostpath.csi.k8s.io-a"
-    );
+    assert_eq!(name(&chain), "hostpath.csi.k8s.io-a");
     // ...and the entry was compiled again from the pinned component.
     assert_ne!(
         std::fs::read(&pinned_entry).unwrap(),
@@ -388,10 +396,7 @@ fn a_swapped_cache_entry_is_never_run() {
     );
     drop(chain);
     let chain = load(dir.path(), &pinned).unwrap();
-    assert_eq!(
-        chain.registration(&ctx()).unwrap().name,
-        "hostpath.csi.k8s.io-a"
-    );
+    assert_eq!(name(&chain), "hostpath.csi.k8s.io-a");
 }
 
 /// An entry written under another key (another node's, or an attacker's
@@ -418,14 +423,9 @@ fn an_entry_under_another_key_or_edited_is_compiled_again() {
     let mut edited = rewritten.clone();
     let last = edited.len() - 1;
     edited[last] ^= 1;
-    let tmp = cache.join("edit.tmp");
-    std::fs::write(&tmp, &edited).unwrap();
-    std::fs::rename(&tmp, &entry).unwrap();
+    replace(&entry, &edited);
     let chain = load(dir.path(), &pinned).unwrap();
-    assert_eq!(
-        chain.registration(&ctx()).unwrap().name,
-        "hostpath.csi.k8s.io-a"
-    );
+    assert_eq!(name(&chain), "hostpath.csi.k8s.io-a");
     assert_eq!(std::fs::read(&entry).unwrap(), rewritten);
 }
 
@@ -437,10 +437,7 @@ fn without_a_usable_key_the_cache_is_not_used() {
     let cache = dir.path().join("cache");
     let no_key = format!("[policy]\ncache_dir = \"{}\"\n", cache.display());
     let chain = load(dir.path(), &suffix_policy(&no_key)).unwrap();
-    assert_eq!(
-        chain.registration(&ctx()).unwrap().name,
-        "hostpath.csi.k8s.io-a"
-    );
+    assert_eq!(name(&chain), "hostpath.csi.k8s.io-a");
     assert!(entries(&cache).is_empty());
 
     std::fs::create_dir(&cache).unwrap();
@@ -541,16 +538,11 @@ async fn demo_reports_a_start_up_refusal_at_once_naming_plugin_and_hook() {
 /// reason, naming the plugin, and a good one still registers.
 #[tokio::test]
 async fn the_registrar_compiles_in_a_child_and_reports_its_errors() {
-    use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
     let sb = Sandbox::new();
-    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named("hostpath.csi.k8s.io"))
-        .await
-        .unwrap();
     // A component header, then a section the validator refuses.
     let broken = sb.dir.path().join("broken.wasm");
     std::fs::write(&broken, b"\0asm\x0d\0\x01\0\x7f\x03abc").unwrap();
-    let policy = write_policy(sb.dir.path(), &plugin_entry("broken", &broken, ""));
-    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let (driver, mut registrar) = registrar_with(&sb, &plugin_entry("broken", &broken, "")).await;
     assert_eq!(registrar.exit_code().await, 1);
     let log = registrar.log_text();
     assert!(
@@ -558,16 +550,17 @@ async fn the_registrar_compiles_in_a_child_and_reports_its_errors() {
             && log.contains("not a valid WebAssembly component: "),
         "{log}"
     );
+    driver.stop().await;
 
-    let policy = write_policy(
-        sb.dir.path(),
+    let (_driver, registrar) = registrar_with(
+        &sb,
         &plugin_entry(
             "p",
             &plugin("pool-suffix"),
             "[plugin.settings]\nsuffix = \"-a\"",
         ),
-    );
-    let registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    )
+    .await;
     assert!(
         appears(&sb.socket("hostpath.csi.k8s.io-a")).await,
         "{}",
