@@ -16,6 +16,16 @@ use std::sync::OnceLock;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+/// The one engine configuration: the compiler child builds the same, so what
+/// it compiles loads here.
+pub(super) fn new_engine() -> wasmtime::Result<Engine> {
+    let mut cfg = wasmtime::Config::new();
+    // Guest code is stopped by epoch interruption (cheaper than fuel), host
+    // calls by dropping their future: see `sandbox`.
+    cfg.epoch_interruption(true);
+    Engine::new(&cfg)
+}
+
 static WORKER: OnceLock<PathBuf> = OnceLock::new();
 
 /// Compile in child processes of this executable from now on (the registrar
@@ -114,7 +124,7 @@ pub fn compile_worker() -> std::process::ExitCode {
         eprintln!("cannot read the component: {e}");
         return std::process::ExitCode::FAILURE;
     }
-    let engine = match super::new_engine() {
+    let engine = match new_engine() {
         Ok(e) => e,
         Err(e) => {
             eprintln!("cannot start the WebAssembly engine: {e:#}");

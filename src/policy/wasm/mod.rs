@@ -92,7 +92,7 @@ impl Drop for Timers {
 
 impl Host {
     pub fn new() -> wasmtime::Result<Arc<Self>> {
-        let engine = new_engine()?;
+        let engine = compiler::new_engine()?;
         let mut linker = Linker::<HostState>::new(&engine);
         bindings::csi_registrar::policy::host_log::add_to_linker::<_, HasSelf<_>>(
             &mut linker,
@@ -229,16 +229,6 @@ impl Host {
         tracing::debug!(took = ?started.elapsed(), cache = ?outcome, "Plugin compiled");
         Ok(component)
     }
-}
-
-/// The one engine configuration: the compiler child builds the same, so what
-/// it compiles loads here.
-fn new_engine() -> wasmtime::Result<Engine> {
-    let mut cfg = wasmtime::Config::new();
-    // Guest code is stopped by epoch interruption (cheaper than fuel), host
-    // calls by dropping their future: see `sandbox`.
-    cfg.epoch_interruption(true);
-    Engine::new(&cfg)
 }
 
 impl PluginConfig {
