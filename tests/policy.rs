@@ -1154,12 +1154,16 @@ fn plugin_run_and_the_registrar_agree_on_every_hook() {
     };
     for hook in ["driver-name", "versions", "endpoint", "failure"] {
         for action in ["invalid", "trap", "error", "sleep", "echo"] {
+            // Deadlines far from what the calls take, except where it is the point.
+            let timeout_ms = if action == "sleep" { "100" } else { "900" };
             let (code, out, err) = tool(&[
                 "plugin",
                 "run",
                 m.to_str().unwrap(),
                 "--hook",
                 hook,
+                "--timeout-ms",
+                timeout_ms,
                 "--settings-json",
                 &format!(r#"{{"do": "{action}"}}"#),
             ]);
@@ -1170,7 +1174,7 @@ fn plugin_run_and_the_registrar_agree_on_every_hook() {
                 &plugin_entry(
                     "misbehave",
                     &m,
-                    &format!("hooks = [\"{hook}\"]\n[plugin.settings]\ndo = \"{action}\""),
+                    &format!("hooks = [\"{hook}\"]\ntimeout_ms = {timeout_ms}\n[plugin.settings]\ndo = \"{action}\""),
                 ),
             )
             .unwrap();
