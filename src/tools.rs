@@ -189,11 +189,34 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
     })
 }
 
+/// What `plugin run` shows for a start-up hook: the plugin's change to the
+/// registration, as the registrar applies it.
+#[cfg(feature = "wasm")]
+fn registration_decision(
+    hook: crate::policy::config::Hook,
+    start: &crate::policy::Registration,
+    decided: &crate::policy::Registration,
+) -> serde_json::Value {
+    use crate::policy::config::Hook;
+    match hook {
+        Hook::DriverName if decided.name == start.name => serde_json::json!("keep"),
+        Hook::DriverName => serde_json::json!({ "rename": decided.name }),
+        Hook::Endpoint if decided.endpoint == start.endpoint => serde_json::json!("keep"),
+        Hook::Endpoint => serde_json::json!({ "replace": decided.endpoint }),
+        _ => serde_json::json!({ "supported_versions": decided.supported_versions }),
+    }
+}
+
 #[cfg(feature = "wasm")]
 fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
     use crate::policy::config::{DEFAULT_MAX_RETRY_MS, DEFAULT_MIN_RETRY_MS, Hook, PluginConfig};
     use crate::policy::{Context, Failure};
 
+    if let PluginCommand::CacheKey = cmd {
+        // No engine needed.
+        println!("{}", crate::policy::wasm::cache::CacheKey::generate()?);
+        return Ok(());
+    }
     let host = crate::policy::wasm::Host::new()
         .map_err(|e| anyhow::anyhow!("cannot start the WebAssembly engine: {e:#}"))?;
     match cmd {
@@ -321,47 +344,21 @@ fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
                         },
                     )
                     .map(|d| {
-                        let mut out = serde_json::json!({
-                            "decision": match d.by {
-                                Some(_) => serde_json::json!(d.action),
-                                None => serde_json::json!("defer"),
-                            },
-                        });
-                        if d.by.is_none() {
-                            out["registrar"] = serde_json::json!({ "built_in": d.action });
-                        }
+                        let mut out = match d.by {
+                            Some(_) => serde_json::json!({ "decision": d.action }),
+                            None => serde_json::json!({
+                                "decision": "defer",
+                                "registrar": { "built_in": d.action },
+                            }),
+                        };
                         if let Some(asked) = d.asked {
                             out["clamped_from"] = serde_json::json!(asked);
                         }
                         out
                     }),
-                _ => chain.registration_from(&ctx, start.clone()).map(|r| {
-                    let (key, before, after) = match hook {
-                        Hook::DriverName => (
-                            "rename",
-                            serde_json::json!(start.name),
-                            serde_json::json!(r.name),
-                        ),
-                        Hook::Endpoint => (
-                            "replace",
-                            serde_json::json!(start.endpoint),
-                            serde_json::json!(r.endpoint),
-                        ),
-                        _ => (
-                            "supported_versions",
-                            serde_json::json!(start.supported_versions),
-                            serde_json::json!(r.supported_versions),
-                        ),
-                    };
-                    let decision = if hook == Hook::Versions {
-                        serde_json::json!({ key: after })
-                    } else if after == before {
-                        serde_json::json!("keep")
-                    } else {
-                        serde_json::json!({ key: after })
-                    };
-                    serde_json::json!({ "decision": decision })
-                }),
+                _ => chain.registration_from(&ctx, start.clone()).map(
+                    |r| serde_json::json!({ "decision": registration_decision(hook, &start, &r) }),
+                ),
             };
             let took = started.elapsed().as_micros() as u64;
             match decided {
@@ -395,10 +392,8 @@ fn plugin(cmd: PluginCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        PluginCommand::CompileWorker => unreachable!("dispatched before"),
-        PluginCommand::CacheKey => {
-            println!("{}", crate::policy::wasm::cache::CacheKey::generate()?);
-            Ok(())
+        PluginCommand::CompileWorker | PluginCommand::CacheKey => {
+            unreachable!("handled before the engine is made")
         }
     }
 }

@@ -149,7 +149,10 @@ impl PluginHooks for WasmPlugin {
         ctx: &Context,
         current: &str,
     ) -> Result<Option<String>, CallError> {
-        let idx = self.driver_name.as_ref().ok_or(missing(Hook::DriverName))?;
+        let idx = self
+            .driver_name
+            .as_ref()
+            .ok_or_else(|| missing(Hook::DriverName))?;
         let ctx = self.context(ctx);
         let answer = self.hook(Hook::DriverName, async |store, instance| {
             let guest = idx.load(&mut *store, instance)?;
@@ -168,7 +171,10 @@ impl PluginHooks for WasmPlugin {
         ctx: &Context,
         current: &[String],
     ) -> Result<Vec<String>, CallError> {
-        let idx = self.versions.as_ref().ok_or(missing(Hook::Versions))?;
+        let idx = self
+            .versions
+            .as_ref()
+            .ok_or_else(|| missing(Hook::Versions))?;
         let ctx = self.context(ctx);
         self.hook(Hook::Versions, async |store, instance| {
             let guest = idx.load(&mut *store, instance)?;
@@ -179,7 +185,10 @@ impl PluginHooks for WasmPlugin {
     }
 
     fn map_endpoint(&self, ctx: &Context, current: &str) -> Result<Option<String>, CallError> {
-        let idx = self.endpoint.as_ref().ok_or(missing(Hook::Endpoint))?;
+        let idx = self
+            .endpoint
+            .as_ref()
+            .ok_or_else(|| missing(Hook::Endpoint))?;
         let ctx = self.context(ctx);
         let answer = self.hook(Hook::Endpoint, async |store, instance| {
             let guest = idx.load(&mut *store, instance)?;
@@ -192,7 +201,10 @@ impl PluginHooks for WasmPlugin {
     }
 
     fn on_failure(&self, ctx: &Context, f: &Failure) -> Result<Option<FailureAction>, CallError> {
-        let idx = self.failure.as_ref().ok_or(missing(Hook::Failure))?;
+        let idx = self
+            .failure
+            .as_ref()
+            .ok_or_else(|| missing(Hook::Failure))?;
         let ctx = self.context(ctx);
         let input = failure::RegistrationFailure {
             source: failure::FailureSource::KubeletRejected,
