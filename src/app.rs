@@ -13,9 +13,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
-use tonic::transport::{Channel, Server};
+use tonic::transport::Server;
 
 use crate::config::{Config, ConfigError};
+use crate::csi::{self, CsiError, Driver, DriverWatch, Refreshed};
 use crate::health::{self, HttpError, Phase, Status};
 use crate::metrics::Metrics;
 use crate::policy::config::PolicyConfig;
@@ -23,7 +24,7 @@ use crate::policy::{Context, DefaultPolicy, Failure, FailureAction, Policy, Regi
 use crate::proto::registration::registration_server::RegistrationServer;
 use crate::registration::slot::{AbortOnDrop, Listened};
 use crate::registration::{RegistrationService, Slot, Verdict};
-use crate::{csi, validate};
+use crate::validate;
 
 /// How long in-flight kubelet calls may take to finish on the way out.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -151,7 +152,7 @@ async fn serve(
     .await??;
 
     let deadline = config.driver_wait.map(|w| Instant::now() + w);
-    let (channel, info) = discover(&config, deadline).await?;
+    let (driver, info) = discover(&config, deadline).await?;
     let ctx = context(&config, &info);
     let registration = decide(&policy, &ctx).await?;
 
@@ -172,14 +173,17 @@ async fn serve(
         metrics.clone(),
         status.advertised(),
     );
-    let probe_interval = config.probe_interval;
+    let watch = config
+        .probe_interval
+        .map(|every| DriverWatch::new(&config.csi_socket, every));
     let mut registrar = Registrar {
         config,
         metrics,
         status,
         policy,
         ctx,
-        channel,
+        driver,
+        watch,
         slot,
         streak: None,
     };
@@ -189,9 +193,6 @@ async fn serve(
         tracing::info!("{}", crate::messages::SKIPPING_HTTP_SERVER);
     }
 
-    let mut probe = tokio::time::interval(probe_interval.unwrap_or(Duration::from_secs(3600)));
-    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    probe.reset();
     let code = loop {
         tokio::select! {
             Some(verdict) = verdicts.recv() => match registrar.on_verdict(verdict).await? {
@@ -203,7 +204,7 @@ async fn serve(
                 }
             },
             () = registrar.slot.changed() => registrar.on_registry_event()?,
-            _ = probe.tick(), if probe_interval.is_some() => registrar.on_probe().await?,
+            () = driver_event(&registrar.driver, &mut registrar.watch) => registrar.on_driver_event().await?,
             Some(()) = reloads.next() => registrar.on_reload().await?,
         }
     };
@@ -233,7 +234,9 @@ struct Registrar {
     policy: Arc<dyn Policy>,
     ctx: Context,
     /// The CSI driver.
-    channel: Channel,
+    driver: Driver,
+    /// When to look at the driver again (`None`: never, `--driver-probe-interval=0`).
+    watch: Option<DriverWatch>,
     slot: Slot,
     /// Consecutive refusals: how many, and since when.
     streak: Option<(u32, Instant)>,
@@ -321,9 +324,21 @@ impl Registrar {
         Ok(())
     }
 
-    /// One GetPluginInfo proves the driver alive and tells whether it changed.
-    async fn on_probe(&mut self) -> Result<(), AppError> {
-        match csi::get_plugin_info(&self.channel, self.config.timeout).await {
+    /// The driver may have changed (its connection ended, its socket file
+    /// changed, or a planned look is due): one GetPluginInfo, over a new
+    /// connection if needed, proves it alive and tells whether it changed.
+    async fn on_driver_event(&mut self) -> Result<(), AppError> {
+        let timeout = self.config.timeout;
+        let answer = tokio::time::timeout(timeout, async {
+            let refreshed = self.driver.refresh().await.map_err(CsiError::Dial)?;
+            Ok((self.driver.plugin_info(timeout).await?, refreshed))
+        })
+        .await
+        .unwrap_or(Err(CsiError::Timeout(timeout)));
+        if let Some(watch) = &mut self.watch {
+            watch.answered(matches!(answer, Ok((_, Refreshed::Current))));
+        }
+        match answer.map(|(info, _)| info) {
             Err(e) => {
                 if !self.status.set_driver_down(Some(e.to_string())) {
                     tracing::warn!(error = %e, "CSI driver does not answer; still advertising the registration");
@@ -411,6 +426,26 @@ async fn blocking<T: Send + 'static>(
         .map_err(|_| AppError::Panicked(what))
 }
 
+/// Resolves when the driver should be looked at (never without a watch).
+/// An ended connection counts once: while the driver stays away, the
+/// watch's retries and events take over.
+async fn driver_event(driver: &Driver, watch: &mut Option<DriverWatch>) {
+    let Some(watch) = watch else {
+        return std::future::pending().await;
+    };
+    let closed = async {
+        if driver.is_closed() {
+            std::future::pending().await
+        } else {
+            driver.closed().await
+        }
+    };
+    tokio::select! {
+        () = closed => {}
+        () = watch.changed() => {}
+    }
+}
+
 fn check_driver_name(name: &str) -> Result<(), AppError> {
     if name.is_empty() {
         return Err(AppError::EmptyDriverName);
@@ -423,17 +458,17 @@ fn check_driver_name(name: &str) -> Result<(), AppError> {
 async fn discover(
     config: &Config,
     deadline: Option<Instant>,
-) -> Result<(Channel, csi::PluginInfo), AppError> {
+) -> Result<(Driver, csi::PluginInfo), AppError> {
     let remaining = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    let channel = csi::connect(&config.csi_socket, remaining()).await?;
+    let driver = Driver::connect(&config.csi_socket, remaining()).await?;
     tracing::info!(v = 1, "{}", crate::messages::DISCOVERING_DRIVER_NAME);
     let mut backoff = Duration::from_millis(100);
     loop {
-        match csi::get_plugin_info(&channel, config.timeout).await {
+        match driver.plugin_info(config.timeout).await {
             Ok(info) => {
                 check_driver_name(&info.name)?;
                 tracing::info!(v = 2, csiDriverName = %info.name, vendorVersion = %info.vendor_version, "{}", crate::messages::CSI_DRIVER_NAME);
-                return Ok((channel, info));
+                return Ok((driver, info));
             }
             Err(e) if remaining().is_some_and(|r| r.is_zero()) => return Err(e.into()),
             Err(e) => {

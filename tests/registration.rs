@@ -201,6 +201,9 @@ async fn get_plugin_info_is_retried_until_the_driver_is_ready() {
     assert_eq!(registrar.stop().await, 0);
 }
 
+// The probe interval is an hour in these tests: what they see, the registrar
+// saw through events (the connection's end, the socket file's creation).
+
 #[tokio::test]
 async fn a_driver_back_under_another_name_is_registered_anew() {
     let sb = Sandbox::new();
@@ -211,7 +214,7 @@ async fn a_driver_back_under_another_name_is_registered_anew() {
     let registrar = Registrar::spawn(
         &sb,
         &[
-            "--driver-probe-interval=50ms".into(),
+            "--driver-probe-interval=1h".into(),
             format!("--http-endpoint=127.0.0.1:{port}"),
         ],
     );
@@ -271,7 +274,7 @@ async fn a_driver_back_unchanged_keeps_its_registration() {
     let driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
         .await
         .unwrap();
-    let registrar = Registrar::spawn(&sb, &["--driver-probe-interval=50ms".into()]);
+    let registrar = Registrar::spawn(&sb, &["--driver-probe-interval=1h".into()]);
     assert!(appears(&sb.socket(DRIVER)).await);
     driver.stop().await;
     assert!(registrar.wait_log("CSI driver does not answer").await);
@@ -291,6 +294,46 @@ async fn a_driver_back_unchanged_keeps_its_registration() {
         "{log}"
     );
     assert_eq!(registrar.stop().await, 0);
+}
+
+/// Surge rollouts of the driver, 20 times: each new driver replaces the
+/// socket file (remove, then bind) while the old one still runs and keeps its
+/// connection open. Every new driver is registered, and the registrar never
+/// takes the gap between remove and bind for a driver gone.
+#[tokio::test]
+async fn a_new_driver_on_the_socket_is_noticed_while_the_old_one_runs() {
+    let sb = Sandbox::new();
+    let names = [DRIVER, "nfs.csi.k8s.io"];
+    let mut drivers = vec![
+        FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+            .await
+            .unwrap(),
+    ];
+    let registrar = Registrar::spawn(&sb, &["--driver-probe-interval=1h".into()]);
+    assert!(appears(&sb.socket(DRIVER)).await);
+    for round in 1..=20 {
+        let (old, new) = (names[(round + 1) % 2], names[round % 2]);
+        drivers.push(
+            FakeDriver::start(&sb.csi, DriverSpec::named(new))
+                .await
+                .unwrap(),
+        );
+        let (old, new) = (sb.socket(old), sb.socket(new));
+        assert!(
+            wait_until(PATIENCE, || new.exists() && !old.exists()).await,
+            "round {round}: {}",
+            registrar.log_text()
+        );
+    }
+    let log = registrar.log_text();
+    assert_eq!(
+        log.matches("CSI driver changed; registering anew").count(),
+        20,
+        "{log}"
+    );
+    assert!(!log.contains("does not answer"), "{log}");
+    assert_eq!(registrar.stop().await, 0);
+    drop(drivers);
 }
 
 #[tokio::test]

@@ -20,8 +20,6 @@ use crate::policy::Registration;
 /// How often the registration socket is checked for deletion when inotify is
 /// not available.
 pub(crate) const RECONCILE_EVERY: Duration = Duration::from_millis(500);
-/// With inotify, a slow check as a safety net (a watch lost with its directory).
-pub(crate) const RECONCILE_FALLBACK: Duration = Duration::from_secs(10);
 
 /// A kubelet connection: any client's `:authority` gets through to h2.
 pub(crate) type KubeletConn = AuthorityFix<UnixStream>;
@@ -47,7 +45,11 @@ pub(crate) struct Slot {
     /// Set while a newer instance's socket holds our path.
     standby: Option<PathBuf>,
     events: Option<RegistryEvents>,
-    reconcile: tokio::time::Interval,
+    /// Polling, where the directory cannot be watched.
+    reconcile: Option<tokio::time::Interval>,
+    /// Mounts and unmounts: a directory mounted over is the one change its
+    /// inotify watch does not report.
+    mounts: Option<MountChanges>,
 }
 
 impl Slot {
@@ -60,10 +62,9 @@ impl Slot {
         advertised: Arc<Advertised>,
     ) -> Self {
         // Deletions are noticed by inotify at once and without waking up
-        // while idle; the interval is the safety net, or the mechanism
-        // without inotify.
+        // while idle; polling is the mechanism only without inotify.
         let events = watch_registry(&dir);
-        let reconcile = reconcile_interval(events.is_some());
+        let reconcile = polling(events.is_some());
         Slot {
             dir,
             conns,
@@ -74,6 +75,7 @@ impl Slot {
             standby: None,
             events,
             reconcile,
+            mounts: MountChanges::open(),
         }
     }
 
@@ -123,24 +125,34 @@ impl Slot {
     }
 
     /// Waits for the next reason to look at the directory: an inotify event,
-    /// or the interval. Cancel-safe, for `select!`.
+    /// a mount change, or the polling interval. Cancel-safe, for `select!`.
     pub(crate) async fn changed(&mut self) {
         tokio::select! {
-            _ = self.reconcile.tick() => {}
+            () = tick(&mut self.reconcile) => {}
+            changed = next_mount_change(&self.mounts) => {
+                if let Err(e) = changed {
+                    tracing::debug!(error = %e, "Watching the mount table failed");
+                    self.mounts = None;
+                }
+                // The path may now lead to another directory: watch that one.
+                self.rewatch();
+            }
             event = next_event(&mut self.events) => match event {
                 Ok(false) => {}
-                Ok(true) => {
-                    // The directory itself was removed or replaced: watch it anew.
-                    self.events = watch_registry(&self.dir);
-                    self.reconcile = reconcile_interval(self.events.is_some());
-                }
+                // The directory itself was removed or replaced: watch it anew.
+                Ok(true) => self.rewatch(),
                 Err(e) => {
                     tracing::warn!(error = %e, "Watching the registration directory failed; polling instead");
                     self.events = None;
-                    self.reconcile = reconcile_interval(false);
+                    self.reconcile = polling(false);
                 }
             },
         }
+    }
+
+    fn rewatch(&mut self) {
+        self.events = watch_registry(&self.dir);
+        self.reconcile = polling(self.events.is_some());
     }
 
     /// Re-creates the socket if someone deleted it; leaves a newer instance's
@@ -251,15 +263,50 @@ fn watch_registry(dir: &Path) -> Option<RegistryEvents> {
         .ok()
 }
 
-fn reconcile_interval(watched: bool) -> tokio::time::Interval {
-    let period = if watched {
-        RECONCILE_FALLBACK
-    } else {
-        RECONCILE_EVERY
-    };
-    let mut interval = tokio::time::interval_at(Instant::now() + period, period);
+/// The polling interval, needed only when the directory is not `watched`.
+fn polling(watched: bool) -> Option<tokio::time::Interval> {
+    if watched {
+        return None;
+    }
+    let mut interval = tokio::time::interval_at(Instant::now() + RECONCILE_EVERY, RECONCILE_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    interval
+    Some(interval)
+}
+
+async fn tick(interval: &mut Option<tokio::time::Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// `/proc/self/mountinfo`, which signals a priority event when the mount
+/// table changes (proc(5)).
+struct MountChanges(tokio::io::unix::AsyncFd<std::fs::File>);
+
+impl MountChanges {
+    fn open() -> Option<Self> {
+        let file = std::fs::File::open("/proc/self/mountinfo").ok()?;
+        // SAFETY: the `File` is owned by the `AsyncFd` and keeps its
+        // descriptor open, unchanged, for the `AsyncFd`'s whole life.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(file, tokio::io::Interest::PRIORITY)
+        };
+        fd.inspect_err(|e| tracing::debug!(error = %e, "Cannot watch the mount table"))
+            .ok()
+            .map(MountChanges)
+    }
+}
+
+/// The next change of the mount table. Never resolves without a watch.
+async fn next_mount_change(mounts: &Option<MountChanges>) -> std::io::Result<()> {
+    let Some(MountChanges(fd)) = mounts else {
+        return std::future::pending().await;
+    };
+    fd.ready(tokio::io::Interest::PRIORITY).await?.clear_ready();
+    Ok(())
 }
 
 /// The next directory event: `Ok(true)` when the directory itself went away.

@@ -245,12 +245,14 @@ func TestKubeletRegistersTheNameARenamingPluginChose(t *testing.T) {
 func TestKubeletFollowsADriverThatRestartsUnderAnotherName(t *testing.T) {
 	w := startKubelet(t)
 	d := startCSIDriver(t, w.csiSock, "before.csi.example.com", "v1.0.0", nodeName)
-	r := startRegistrar(t, w.args("--driver-probe-interval=100ms")...)
+	// An hour between probes: the registrar notices the restart by its events
+	// (the connection's end, the new socket file), not by probing.
+	r := startRegistrar(t, w.args("--driver-probe-interval=1h")...)
 	w.waitRegistered("before.csi.example.com")
 
 	// The driver restarts as another driver on the same socket: the registrar
-	// notices on its next probe and registers the new name; the old socket goes,
-	// so the kubelet deregisters the old name.
+	// notices at once and registers the new name; the old socket goes, so the
+	// kubelet deregisters the old name.
 	d.stop()
 	startCSIDriver(t, w.csiSock, "after.csi.example.com", "v2.0.0", nodeName)
 	w.waitRegistered("after.csi.example.com")

@@ -1,0 +1,155 @@
+//! When to look at the CSI driver again, without waking up while nothing
+//! happens.
+//!
+//! A driver that exits or restarts closes its connection ([`super::Driver::closed`]),
+//! and a new driver process creates its socket anew; both are events, so a
+//! change is noticed at once and an idle registrar sleeps. Timers run only
+//! while they are needed: retries while the driver does not answer (from
+//! 100 ms, doubling up to the probe interval), and the probe interval itself
+//! where the socket's directory cannot be watched.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+
+/// The first retry after the driver stopped answering.
+const RETRY_START: Duration = Duration::from_millis(100);
+
+type Events = inotify::EventStream<[u8; 1024]>;
+
+/// Says when the driver should be looked at: see the module's text.
+pub(crate) struct DriverWatch {
+    dir: PathBuf,
+    name: OsString,
+    interval: Duration,
+    /// inotify on the socket's directory (`None`: polling every interval).
+    events: Option<Events>,
+    /// The next look that no event asked for.
+    due: Option<Instant>,
+    retry: Duration,
+}
+
+impl DriverWatch {
+    /// Watches the directory of the driver's `socket`; `interval` bounds how
+    /// late a change is noticed when that is not possible.
+    pub(crate) fn new(socket: &Path, interval: Duration) -> Self {
+        let dir = match socket.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let mut watch = DriverWatch {
+            events: watch(&dir),
+            dir,
+            name: socket
+                .file_name()
+                .map(ToOwned::to_owned)
+                .unwrap_or_default(),
+            interval,
+            due: None,
+            retry: RETRY_START,
+        };
+        watch.answered(true);
+        watch
+    }
+
+    /// Records whether the driver answered (`false` also when an answer
+    /// leaves something to look at again soon), and plans the next look that
+    /// no event will ask for.
+    pub(crate) fn answered(&mut self, ok: bool) {
+        if ok {
+            self.retry = RETRY_START;
+            self.due = self
+                .events
+                .is_none()
+                .then(|| Instant::now() + self.interval);
+        } else {
+            self.due = Some(Instant::now() + self.retry);
+            self.retry = (self.retry * 2).min(self.interval);
+        }
+    }
+
+    /// Resolves when the driver should be looked at: its socket file was
+    /// created, removed or replaced, or a planned look is due. Cancel-safe.
+    pub(crate) async fn changed(&mut self) {
+        loop {
+            let due = self.due;
+            tokio::select! {
+                () = sleep_until(due) => {
+                    self.due = None;
+                    if self.events.is_none() {
+                        self.events = watch(&self.dir);
+                    }
+                    return;
+                }
+                event = next_event(&mut self.events) => match event {
+                    Ok(Some(name)) if name == self.name => return,
+                    Ok(Some(_)) => {} // another file in the directory
+                    Ok(None) => {
+                        // The directory itself was removed or replaced: watch
+                        // the new one, and look (the socket went with it).
+                        self.events = watch(&self.dir);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(dir = %self.dir.display(), error = %e, "Watching the CSI driver's socket directory failed; probing every interval instead");
+                        self.events = None;
+                        return;
+                    }
+                },
+            }
+        }
+    }
+}
+
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn watch(dir: &Path) -> Option<Events> {
+    use inotify::{Inotify, WatchMask};
+    let watch = || -> std::io::Result<Events> {
+        let inotify = Inotify::init()?;
+        inotify.watches().add(
+            dir,
+            WatchMask::CREATE
+                | WatchMask::DELETE
+                | WatchMask::MOVED_FROM
+                | WatchMask::MOVED_TO
+                | WatchMask::DELETE_SELF
+                | WatchMask::MOVE_SELF,
+        )?;
+        inotify.into_event_stream([0u8; 1024])
+    };
+    watch()
+        .inspect_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "Cannot watch the CSI driver's socket directory; probing the driver every interval instead"))
+        .ok()
+}
+
+/// The name of the next entry changed in the directory, or `None` when the
+/// directory itself went away. Never resolves without a watch.
+async fn next_event(events: &mut Option<Events>) -> std::io::Result<Option<OsString>> {
+    use inotify::EventMask;
+    let Some(stream) = events else {
+        return std::future::pending().await;
+    };
+    match stream.next().await {
+        Some(Ok(event)) => {
+            if event
+                .mask
+                .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)
+            {
+                Ok(None)
+            } else {
+                Ok(Some(event.name.unwrap_or_default()))
+            }
+        }
+        Some(Err(e)) => Err(e),
+        None => Err(std::io::Error::other("inotify stream ended")),
+    }
+}
