@@ -427,22 +427,10 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Resolves when the driver should be looked at (never without a watch).
-/// An ended connection counts once: while the driver stays away, the
-/// watch's retries and events take over.
 async fn driver_event(driver: &Driver, watch: &mut Option<DriverWatch>) {
-    let Some(watch) = watch else {
-        return std::future::pending().await;
-    };
-    let closed = async {
-        if driver.is_closed() {
-            std::future::pending().await
-        } else {
-            driver.closed().await
-        }
-    };
-    tokio::select! {
-        () = closed => {}
-        () = watch.changed() => {}
+    match watch {
+        Some(watch) => watch.changed(driver.closed()).await,
+        None => std::future::pending().await,
     }
 }
 

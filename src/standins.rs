@@ -38,6 +38,9 @@ pub struct DriverSpec {
     pub info_delay: Duration,
     /// Fail this many `GetPluginInfo` calls (Unavailable) before answering.
     pub info_failures: u32,
+    /// Close every connection this long after it opened (gRPC's
+    /// `MaxConnectionAge`), letting calls in flight finish.
+    pub max_connection_age: Option<Duration>,
 }
 
 impl DriverSpec {
@@ -49,6 +52,7 @@ impl DriverSpec {
             info_error: None,
             info_delay: Duration::ZERO,
             info_failures: 0,
+            max_connection_age: None,
         }
     }
 }
@@ -145,8 +149,12 @@ impl FakeDriver {
             info_calls: Arc::default(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
+        let mut server = Server::builder();
+        if let Some(age) = service.spec.max_connection_age {
+            server = server.max_connection_age(age);
+        }
         let task = tokio::spawn(async move {
-            let _ = Server::builder()
+            let _ = server
                 .add_service(IdentityServer::new(service.clone()))
                 .add_service(NodeServer::new(service))
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {

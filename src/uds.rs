@@ -66,9 +66,9 @@ impl Closed {
     }
 }
 
-/// A unix stream that reports its end of file or failure: the HTTP/2
-/// connection task always has a read pending, so a peer that exits is
-/// noticed at once, with no polling.
+/// A unix stream that reports its end: end of file, a failure, or being
+/// dropped. The HTTP/2 connection task always has a read pending, so a peer
+/// that exits is noticed at once, with no polling.
 struct Watched {
     stream: UnixStream,
     closed: Arc<Closed>,
@@ -80,6 +80,13 @@ impl Watched {
             self.closed.set();
         }
         result
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        // Our side ended it: after the peer's GOAWAY, say.
+        self.closed.set();
     }
 }
 

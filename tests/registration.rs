@@ -336,6 +336,46 @@ async fn a_new_driver_on_the_socket_is_noticed_while_the_old_one_runs() {
     drop(drivers);
 }
 
+/// A driver that closes every connection right after it opened (a tiny
+/// gRPC `MaxConnectionAge`): each closed connection makes the registrar look
+/// again, but not sooner than 100 ms after its last look. Eight looks take at
+/// least 300 ms then; a registrar that redials on every closed connection
+/// makes them in a few milliseconds.
+#[tokio::test]
+async fn a_driver_that_closes_every_connection_does_not_make_the_registrar_spin() {
+    let sb = Sandbox::new();
+    let mut spec = DriverSpec::named(DRIVER);
+    spec.max_connection_age = Some(Duration::from_millis(1));
+    let mut driver = FakeDriver::start(&sb.csi, spec).await.unwrap();
+    let registrar = Registrar::spawn(&sb, &["--driver-probe-interval=1h".into()]);
+    assert!(
+        appears(&sb.socket(DRIVER)).await,
+        "{}",
+        registrar.log_text()
+    );
+    while driver.next_call(Duration::ZERO).await.is_some() {} // discovery's
+    assert_eq!(
+        driver.next_call(PATIENCE).await,
+        Some(DriverCall::GetPluginInfo),
+        "the closed connection is noticed: {}",
+        registrar.log_text()
+    );
+    let started = std::time::Instant::now();
+    for _ in 1..8 {
+        assert_eq!(
+            driver.next_call(PATIENCE).await,
+            Some(DriverCall::GetPluginInfo)
+        );
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "8 looks in {:?}: {}",
+        started.elapsed(),
+        registrar.log_text()
+    );
+    assert_eq!(registrar.stop().await, 0);
+}
+
 #[tokio::test]
 async fn kubelet_refusal_gets_a_reply_then_exit_1_and_socket_removed() {
     let sb = Sandbox::new();

@@ -147,11 +147,6 @@ impl Driver {
         }
     }
 
-    /// Whether the connection ended.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.is_closed()
-    }
-
     /// Resolves when the connection ends: the driver exited or restarted.
     /// Cancel-safe.
     pub(crate) async fn closed(&self) {

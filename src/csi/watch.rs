@@ -9,13 +9,16 @@
 //! where the socket's directory cannot be watched.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
-/// The first retry after the driver stopped answering.
+/// The first retry after the driver stopped answering, and the least time
+/// between two looks that a connection's end asks for (a driver that closes
+/// every connection at once must not make the registrar spin).
 const RETRY_START: Duration = Duration::from_millis(100);
 
 type Events = inotify::EventStream<[u8; 1024]>;
@@ -30,6 +33,8 @@ pub(crate) struct DriverWatch {
     /// The next look that no event asked for.
     due: Option<Instant>,
     retry: Duration,
+    /// Whether the driver answered the last look, and when that was.
+    answered: (bool, Instant),
 }
 
 impl DriverWatch {
@@ -50,6 +55,7 @@ impl DriverWatch {
             interval,
             due: None,
             retry: RETRY_START,
+            answered: (true, Instant::now()),
         };
         watch.answered(true);
         watch
@@ -59,6 +65,7 @@ impl DriverWatch {
     /// leaves something to look at again soon), and plans the next look that
     /// no event will ask for.
     pub(crate) fn answered(&mut self, ok: bool) {
+        self.answered = (ok, Instant::now());
         if ok {
             self.retry = RETRY_START;
             self.due = self
@@ -71,12 +78,25 @@ impl DriverWatch {
         }
     }
 
-    /// Resolves when the driver should be looked at: its socket file was
-    /// created, removed or replaced, or a planned look is due. Cancel-safe.
-    pub(crate) async fn changed(&mut self) {
+    /// Resolves when the driver should be looked at: `connection_ended`
+    /// (heeded only while the driver answers, and not sooner than 100 ms
+    /// after the last look), its socket file created, removed or replaced,
+    /// or a planned look due. Cancel-safe.
+    pub(crate) async fn changed(&mut self, connection_ended: impl Future<Output = ()>) {
+        let (answering, last) = self.answered;
+        let connection_ended = async {
+            if !answering {
+                // Retries and events take over while the driver is away.
+                return std::future::pending().await;
+            }
+            connection_ended.await;
+            tokio::time::sleep_until(last + RETRY_START).await;
+        };
+        tokio::pin!(connection_ended);
         loop {
             let due = self.due;
             tokio::select! {
+                () = &mut connection_ended => return,
                 () = sleep_until(due) => {
                     self.due = None;
                     if self.events.is_none() {
