@@ -112,8 +112,11 @@ pub struct Flags {
     #[arg(long = "driver-wait-timeout", default_value = "0s", value_parser = parse_go_duration)]
     pub driver_wait_timeout: Duration,
 
-    /// How often the driver is probed once registered (Go duration; 0: never). When it
-    /// comes back under another name or version, the registrar registers anew.
+    /// The latest a change of driver is noticed once registered (Go duration; 0: the
+    /// driver is not watched). Its connection closing and its socket file changing are
+    /// watched, so a restart is noticed at once; the interval is the polling period only
+    /// where the socket's directory cannot be watched, and the cap of the retries while
+    /// the driver is away. Back under another name or version, it is registered anew.
     #[arg(long = "driver-probe-interval", default_value = "10s", value_parser = parse_go_duration)]
     pub driver_probe_interval: Duration,
 

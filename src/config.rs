@@ -19,7 +19,8 @@ pub struct Config {
     pub http_endpoint: Option<String>,
     /// `None`: wait for the driver forever.
     pub driver_wait: Option<Duration>,
-    /// How often the driver is probed after registration (`None`: never).
+    /// The latest a change of driver is noticed after registration (`None`:
+    /// the driver is not watched); see `csi::DriverWatch`.
     pub probe_interval: Option<Duration>,
     pub node_name: String,
     pub policy_config: Option<PathBuf>,
