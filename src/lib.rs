@@ -33,6 +33,7 @@ pub mod cli;
 pub mod config;
 mod csi;
 mod demo;
+mod dir_watch;
 pub mod health;
 pub mod logging;
 pub mod messages;

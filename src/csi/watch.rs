@@ -13,15 +13,13 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::dir_watch::{self, DirEvent, DirWatch};
 use tokio::time::Instant;
-use tokio_stream::StreamExt;
 
 /// The first retry after the driver stopped answering, and the least time
 /// between two looks that a connection's end asks for (a driver that closes
 /// every connection at once must not make the registrar spin).
 const RETRY_START: Duration = Duration::from_millis(100);
-
-type Events = inotify::EventStream<[u8; 1024]>;
 
 /// Says when the driver should be looked at: see the module's text.
 pub(crate) struct DriverWatch {
@@ -29,7 +27,7 @@ pub(crate) struct DriverWatch {
     name: OsString,
     interval: Duration,
     /// inotify on the socket's directory (`None`: polling every interval).
-    events: Option<Events>,
+    events: Option<DirWatch>,
     /// The next look that no event asked for.
     due: Option<Instant>,
     retry: Duration,
@@ -104,10 +102,10 @@ impl DriverWatch {
                     }
                     return;
                 }
-                event = next_event(&mut self.events) => match event {
-                    Ok(Some(name)) if name == self.name => return,
-                    Ok(Some(_)) => {} // another file in the directory
-                    Ok(None) => {
+                event = dir_watch::next(&mut self.events) => match event {
+                    Ok(DirEvent::Entry(name)) if name == self.name => return,
+                    Ok(DirEvent::Entry(_)) => {} // another file in the directory
+                    Ok(DirEvent::Gone) => {
                         // The directory itself was removed or replaced: watch
                         // the new one, and look (the socket went with it).
                         self.events = watch(&self.dir);
@@ -131,45 +129,8 @@ async fn sleep_until(due: Option<Instant>) {
     }
 }
 
-fn watch(dir: &Path) -> Option<Events> {
-    use inotify::{Inotify, WatchMask};
-    let watch = || -> std::io::Result<Events> {
-        let inotify = Inotify::init()?;
-        inotify.watches().add(
-            dir,
-            WatchMask::CREATE
-                | WatchMask::DELETE
-                | WatchMask::MOVED_FROM
-                | WatchMask::MOVED_TO
-                | WatchMask::DELETE_SELF
-                | WatchMask::MOVE_SELF,
-        )?;
-        inotify.into_event_stream([0u8; 1024])
-    };
-    watch()
+fn watch(dir: &Path) -> Option<DirWatch> {
+    DirWatch::new(dir)
         .inspect_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "Cannot watch the CSI driver's socket directory; probing the driver every interval instead"))
         .ok()
-}
-
-/// The name of the next entry changed in the directory, or `None` when the
-/// directory itself went away. Never resolves without a watch.
-async fn next_event(events: &mut Option<Events>) -> std::io::Result<Option<OsString>> {
-    use inotify::EventMask;
-    let Some(stream) = events else {
-        return std::future::pending().await;
-    };
-    match stream.next().await {
-        Some(Ok(event)) => {
-            if event
-                .mask
-                .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)
-            {
-                Ok(None)
-            } else {
-                Ok(Some(event.name.unwrap_or_default()))
-            }
-        }
-        Some(Err(e)) => Err(e),
-        None => Err(std::io::Error::other("inotify stream ended")),
-    }
 }

@@ -9,10 +9,10 @@ use std::time::Duration;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_stream::StreamExt;
 
 use super::socket::{Bound, Generation, SocketState, socket_path};
 use super::{Advertised, AuthorityFix, Published, RegistrationSocket, SocketError};
+use crate::dir_watch::{self, DirEvent, DirWatch};
 use crate::messages;
 use crate::metrics::Metrics;
 use crate::policy::Registration;
@@ -44,7 +44,7 @@ pub(crate) struct Slot {
     generation: Generation,
     /// Set while a newer instance's socket holds our path.
     standby: Option<PathBuf>,
-    events: Option<RegistryEvents>,
+    events: Option<DirWatch>,
     /// Polling, where the directory cannot be watched.
     reconcile: Option<tokio::time::Interval>,
     /// Mounts and unmounts: a directory mounted over is the one change its
@@ -137,10 +137,10 @@ impl Slot {
                 // The path may now lead to another directory: watch that one.
                 self.rewatch();
             }
-            event = next_event(&mut self.events) => match event {
-                Ok(false) => {}
+            event = dir_watch::next(&mut self.events) => match event {
+                Ok(DirEvent::Entry(_)) => {}
                 // The directory itself was removed or replaced: watch it anew.
-                Ok(true) => self.rewatch(),
+                Ok(DirEvent::Gone) => self.rewatch(),
                 Err(e) => {
                     tracing::warn!(error = %e, "Watching the registration directory failed; polling instead");
                     self.events = None;
@@ -240,25 +240,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
-type RegistryEvents = inotify::EventStream<[u8; 1024]>;
-
 /// Watches the registration directory for entries removed or replaced.
-fn watch_registry(dir: &Path) -> Option<RegistryEvents> {
-    use inotify::{Inotify, WatchMask};
-    let watch = || -> std::io::Result<RegistryEvents> {
-        let inotify = Inotify::init()?;
-        inotify.watches().add(
-            dir,
-            WatchMask::DELETE
-                | WatchMask::MOVED_FROM
-                | WatchMask::MOVED_TO
-                | WatchMask::CREATE
-                | WatchMask::DELETE_SELF
-                | WatchMask::MOVE_SELF,
-        )?;
-        inotify.into_event_stream([0u8; 1024])
-    };
-    watch()
+fn watch_registry(dir: &Path) -> Option<DirWatch> {
+    DirWatch::new(dir)
         .inspect_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "Cannot watch the registration directory; polling it instead"))
         .ok()
 }
@@ -307,20 +291,4 @@ async fn next_mount_change(mounts: &Option<MountChanges>) -> std::io::Result<()>
     };
     fd.ready(tokio::io::Interest::PRIORITY).await?.clear_ready();
     Ok(())
-}
-
-/// The next directory event: `Ok(true)` when the directory itself went away.
-/// Never resolves without a watch.
-async fn next_event(events: &mut Option<RegistryEvents>) -> std::io::Result<bool> {
-    use inotify::EventMask;
-    let Some(stream) = events else {
-        return std::future::pending().await;
-    };
-    match stream.next().await {
-        Some(Ok(event)) => Ok(event
-            .mask
-            .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)),
-        Some(Err(e)) => Err(e),
-        None => Err(std::io::Error::other("inotify stream ended")),
-    }
 }
