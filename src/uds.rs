@@ -4,25 +4,29 @@
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::UnixStream;
-use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
 /// A gRPC channel over the unix socket at `path`. It reconnects on its own
 /// after the peer restarts.
 pub async fn channel(path: &Path) -> io::Result<Channel> {
-    watched_channel(path, Arc::default()).await
+    watched_channel(path, CancellationToken::new())
+        .await
+        .map_err(io::Error::other)
 }
 
-/// [`channel`], and `closed` is told when a connection of the channel ends:
-/// the peer closed it (it exited or restarted) or it failed.
-pub(crate) async fn watched_channel(path: &Path, closed: Arc<Closed>) -> io::Result<Channel> {
+/// [`channel`], and `closed` is cancelled when a connection of the channel
+/// ends: the peer closed it (it exited or restarted), it failed, or it was
+/// dropped. The connection is made before this returns.
+pub(crate) async fn watched_channel(
+    path: &Path,
+    closed: CancellationToken,
+) -> Result<Channel, tonic::transport::Error> {
     let path = path.to_owned();
     // The URI is required by the API but unused: the connector dials the socket.
     Endpoint::from_static("http://localhost")
@@ -34,36 +38,19 @@ pub(crate) async fn watched_channel(path: &Path, closed: Arc<Closed>) -> io::Res
             }
         }))
         .await
-        .map_err(io::Error::other)
 }
 
-/// Whether a connection ended, and a wake-up for whoever waits on it.
-#[derive(Debug, Default)]
-pub(crate) struct Closed {
-    closed: AtomicBool,
-    notify: Notify,
-}
-
-impl Closed {
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
-    /// Resolves once a connection ended (at once if one already has).
-    /// Cancel-safe.
-    pub(crate) async fn wait(&self) {
-        let notified = self.notify.notified();
-        if self.is_closed() {
-            return;
+/// The dial error inside a transport error ("No such file or directory",
+/// "Connection refused"): what an operator needs to see.
+pub(crate) fn dial_error(e: tonic::transport::Error) -> io::Error {
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            return io::Error::new(io.kind(), io.to_string());
         }
-        notified.await;
+        source = cause.source();
     }
-
-    fn set(&self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
-            self.notify.notify_waiters();
-        }
-    }
+    io::Error::other(e)
 }
 
 /// A unix stream that reports its end: end of file, a failure, or being
@@ -71,13 +58,13 @@ impl Closed {
 /// that exits is noticed at once, with no polling.
 struct Watched {
     stream: UnixStream,
-    closed: Arc<Closed>,
+    closed: CancellationToken,
 }
 
 impl Watched {
     fn note<T>(&self, result: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         if let Poll::Ready(Err(_)) = &result {
-            self.closed.set();
+            self.closed.cancel();
         }
         result
     }
@@ -86,7 +73,7 @@ impl Watched {
 impl Drop for Watched {
     fn drop(&mut self) {
         // Our side ended it: after the peer's GOAWAY, say.
-        self.closed.set();
+        self.closed.cancel();
     }
 }
 
@@ -103,7 +90,7 @@ impl AsyncRead for Watched {
             && buf.filled().len() == before
             && buf.remaining() > 0
         {
-            this.closed.set(); // end of file
+            this.closed.cancel(); // end of file
         }
         this.note(result)
     }

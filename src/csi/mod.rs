@@ -6,15 +6,14 @@ mod watch;
 pub(crate) use watch::DriverWatch;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::UnixStream;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use crate::messages;
-use crate::uds::{Closed, watched_channel};
+use crate::uds::{dial_error, watched_channel};
 
 use crate::proto::csi::{GetPluginInfoRequest, identity_client::IdentityClient};
 
@@ -63,8 +62,8 @@ pub(crate) fn socket_path(address: &str) -> Result<PathBuf, CsiError> {
 pub(crate) struct Driver {
     path: PathBuf,
     channel: Channel,
-    /// Told when the connection ends.
-    closed: Arc<Closed>,
+    /// Cancelled when the connection ends.
+    closed: CancellationToken,
     /// The socket file dialled (device, inode): another file at the path is
     /// another driver, even while the old one still runs.
     dialled: Option<(u64, u64)>,
@@ -109,12 +108,11 @@ impl Driver {
 
     /// One attempt at a new connection.
     async fn dial(path: &Path) -> std::io::Result<Driver> {
-        // Dial first: a channel to a socket that does not exist yet would only
-        // fail later, on the first call.
-        drop(UnixStream::connect(path).await?);
         let dialled = file_identity(path);
-        let closed = Arc::<Closed>::default();
-        let channel = watched_channel(path, closed.clone()).await?;
+        let closed = CancellationToken::new();
+        let channel = watched_channel(path, closed.clone())
+            .await
+            .map_err(dial_error)?;
         Ok(Driver {
             path: path.to_owned(),
             channel,
@@ -130,7 +128,7 @@ impl Driver {
     /// while the running one still answers. `Err`: no driver can be reached.
     pub(crate) async fn refresh(&mut self) -> std::io::Result<Refreshed> {
         let at_path = file_identity(&self.path);
-        let alive = !self.closed.is_closed();
+        let alive = !self.closed.is_cancelled();
         if alive && (at_path.is_none() || at_path == self.dialled) {
             return Ok(Refreshed::Current);
         }
@@ -150,7 +148,7 @@ impl Driver {
     /// Resolves when the connection ends: the driver exited or restarted.
     /// Cancel-safe.
     pub(crate) async fn closed(&self) {
-        self.closed.wait().await;
+        self.closed.cancelled().await;
     }
 
     /// `Identity/GetPluginInfo` under `timeout`.
