@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Flags, MODE_REGISTRATION_PROBE};
+use crate::flags::{Flags, MODE_REGISTRATION_PROBE};
 use crate::{csi, messages};
 
 /// Everything the registrar needs to run, checked.
@@ -11,9 +11,13 @@ use crate::{csi, messages};
 pub struct Config {
     /// `--csi-address` as given (for the policy context).
     pub csi_address: String,
+    /// The driver's socket, from `--csi-address`.
     pub csi_socket: PathBuf,
+    /// `--kubelet-registration-path`: the endpoint advertised by default.
     pub kubelet_registration_path: String,
+    /// `--plugin-registration-path`: the kubelet's plugin registry.
     pub plugin_registration_path: PathBuf,
+    /// `--timeout`: the bound of one GetPluginInfo and of `/healthz`'s GetInfo.
     pub timeout: Duration,
     /// TCP address for the HTTP server.
     pub http_endpoint: Option<String>,
@@ -22,17 +26,22 @@ pub struct Config {
     /// The latest a change of driver is noticed after registration (`None`:
     /// the driver is not watched); see `csi::DriverWatch`.
     pub probe_interval: Option<Duration>,
+    /// `KUBE_NODE_NAME`.
     pub node_name: String,
+    /// `--policy-config`.
     pub policy_config: Option<PathBuf>,
 }
 
-/// Flags that cannot be run with (exit code 1, as upstream).
+/// Flags that parse but cannot be run with (exit code 1, as upstream).
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum FlagsError {
+    /// `--kubelet-registration-path` is empty.
     #[error("kubelet-registration-path is a required parameter")]
     MissingRegistrationPath,
+    /// Both spellings of the HTTP endpoint.
     #[error("only one of `--health-port` and `--http-endpoint` can be set.")]
     HealthPortAndEndpoint,
+    /// `--csi-address` is not a unix socket.
     #[error(transparent)]
     CsiAddress(#[from] csi::CsiError),
 }
@@ -40,6 +49,7 @@ pub enum ConfigError {
 /// What `main` should do after flag parsing.
 #[derive(Debug)]
 pub enum Start {
+    /// Run the registrar.
     Run(Box<Config>),
     /// `--version` or the probe mode: print nothing more, exit 0.
     ExitOk,
@@ -48,9 +58,9 @@ pub enum Start {
 impl Config {
     /// Upstream's start-up checks, in upstream's order. `node_name` comes from
     /// `KUBE_NODE_NAME`, read by `main` so that tests never touch the environment.
-    pub fn from_flags(flags: &Flags, node_name: String) -> Result<Start, ConfigError> {
+    pub fn from_flags(flags: &Flags, node_name: String) -> Result<Start, FlagsError> {
         if flags.kubelet_registration_path.is_empty() {
-            return Err(ConfigError::MissingRegistrationPath);
+            return Err(FlagsError::MissingRegistrationPath);
         }
         if flags.mode == MODE_REGISTRATION_PROBE {
             tracing::info!(
@@ -66,7 +76,7 @@ impl Config {
         };
         tracing::info!(mode, "{}", messages::RUNNING);
         if flags.health_port > 0 && !flags.http_endpoint.is_empty() {
-            return Err(ConfigError::HealthPortAndEndpoint);
+            return Err(FlagsError::HealthPortAndEndpoint);
         }
         if flags.connection_timeout > Duration::ZERO {
             tracing::warn!("{}", messages::CONNECTION_TIMEOUT_DEPRECATED);

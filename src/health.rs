@@ -1,7 +1,7 @@
 //! The HTTP server: `/healthz` as upstream answers it, `/readyz` tied to the
 //! kubelet's verdict, and `/metrics`.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -13,74 +13,7 @@ use axum::routing::get;
 use crate::messages;
 use crate::metrics::Metrics;
 use crate::proto::registration::{InfoRequest, registration_client::RegistrationClient};
-use crate::registration::Advertised;
-
-/// Where the registration stands, for `/readyz`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
-    /// The CSI driver has not answered yet.
-    WaitingForDriver,
-    /// The socket is up; the kubelet has not given its verdict yet.
-    WaitingForKubelet,
-    Registered,
-    /// The kubelet refused; the failure policy is handling it.
-    Rejected(String),
-    /// The driver stopped answering after it was registered.
-    DriverUnreachable(String),
-}
-
-/// What the HTTP handlers read; the composition root writes it. The phase is
-/// derived: the kubelet's side, unless the driver is away.
-#[derive(Debug)]
-pub struct Status {
-    kubelet: RwLock<Phase>,
-    driver_down: RwLock<Option<String>>,
-    /// What is advertised and on which socket: the one record the
-    /// registration service answers from too.
-    advertised: Arc<Advertised>,
-}
-
-impl Default for Status {
-    fn default() -> Self {
-        Status {
-            kubelet: RwLock::new(Phase::WaitingForDriver),
-            driver_down: RwLock::new(None),
-            advertised: Arc::default(),
-        }
-    }
-}
-
-impl Status {
-    /// The kubelet's side of the phase.
-    pub fn set_phase(&self, phase: Phase) {
-        *self.kubelet.write().unwrap_or_else(|e| e.into_inner()) = phase;
-    }
-
-    /// Records whether the driver answers (`Some(error)`: it does not);
-    /// returns whether it was already down.
-    pub fn set_driver_down(&self, error: Option<String>) -> bool {
-        std::mem::replace(
-            &mut *self.driver_down.write().unwrap_or_else(|e| e.into_inner()),
-            error,
-        )
-        .is_some()
-    }
-
-    pub fn phase(&self) -> Phase {
-        match &*self.driver_down.read().unwrap_or_else(|e| e.into_inner()) {
-            Some(e) => Phase::DriverUnreachable(e.clone()),
-            None => self
-                .kubelet
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        }
-    }
-
-    pub fn advertised(&self) -> Arc<Advertised> {
-        self.advertised.clone()
-    }
-}
+use crate::state::{Phase, StateReader};
 
 /// The HTTP server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +25,7 @@ pub struct HttpError {
 }
 
 /// Binds Go-style addresses: `:9809` means every interface.
-pub async fn bind_http(address: &str) -> Result<tokio::net::TcpListener, HttpError> {
+pub(crate) async fn bind_http(address: &str) -> Result<tokio::net::TcpListener, HttpError> {
     let err = |source| HttpError {
         address: address.to_owned(),
         source,
@@ -112,25 +45,27 @@ pub async fn bind_http(address: &str) -> Result<tokio::net::TcpListener, HttpErr
 
 #[derive(Clone)]
 struct Shared {
-    status: Arc<Status>,
+    state: StateReader,
     metrics: Arc<Metrics>,
     timeout: Duration,
 }
 
-pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, timeout: Duration) -> Router {
+/// `/healthz`, `/readyz` and `/metrics`, answered from `state` and `metrics`;
+/// `timeout` bounds the `/healthz` GetInfo.
+pub fn router(state: StateReader, metrics: Arc<Metrics>, timeout: Duration) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .with_state(Shared {
-            status,
+            state,
             metrics,
             timeout,
         })
 }
 
 /// Serves until the listener fails or the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
+pub(crate) async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
     axum::serve(listener, router).await
 }
 
@@ -140,7 +75,8 @@ pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io
 /// process is doing its job, so that phase answers 200 (readiness says
 /// not-ready): a liveness probe must not kill a registrar waiting for a slow driver.
 async fn healthz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
-    let Some(published) = s.status.advertised.get() else {
+    let published = s.state.borrow().published.clone();
+    let Some(published) = published else {
         return (StatusCode::OK, "ok: waiting for the CSI driver".into());
     };
     let (path, name) = (published.socket, published.registration.name);
@@ -198,7 +134,8 @@ async fn healthz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
 
 /// 200 once the kubelet accepted the registration; 503 with the reason before and after a refusal.
 async fn readyz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
-    match s.status.phase() {
+    let phase = s.state.borrow().phase();
+    match phase {
         Phase::Registered => (StatusCode::OK, "ok".into()),
         Phase::WaitingForDriver => (
             StatusCode::SERVICE_UNAVAILABLE,

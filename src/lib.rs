@@ -5,47 +5,70 @@
 //! plugin registry, and answers the kubelet's `GetInfo` and
 //! `NotifyRegistrationStatus`. With no policy file it behaves as the Go registrar does.
 //!
+//! # The API
+//!
+//! The binary is [`main`]. Embedding the registrar takes [`Flags`] (upstream's
+//! command line), checked into a [`Config`] ([`Config::from_flags`]), then
+//! [`run`] with the [`signal`]s. Every failure is an [`AppError`].
+//!
 //! # Layout
 //!
-//! - [`cli`]: upstream-compatible flags (`-flag` and `--flag`, Go durations);
-//!   [`config`]: those flags checked into a [`config::Config`].
-//! - [`app`]: the composition root: `run` wires the driver, the policy, the
-//!   registration socket and HTTP, and a `Registrar` handles each event; the
-//!   only place that decides to stop.
-//! - `csi`: the CSI driver client (connect with backoff, GetPluginInfo);
-//!   [`uds`]: gRPC over a unix socket.
-//! - [`registration`]: the socket's whole life (atomic takeover, re-creation,
-//!   the directory watch), the kubelet's `pluginregistration` service, the
-//!   layer that lets every gRPC client's `:authority` through to h2, and
-//!   [`registration::Advertised`], the one record of what is advertised.
-//! - [`policy`]: the [`policy::Policy`] trait, the built-in default, the TOML
-//!   config, the plugin chain and (feature `wasm`) the wasmtime host.
-//! - [`validate`]: the kubelet's and CSI spec's rules for names, versions and endpoints.
-//! - [`health`]: `/healthz`, `/readyz` and `/metrics` (the phase is derived
-//!   there); [`metrics`]: the counters.
-//! - [`standins`]: a CSI driver and a kubelet built from the same protos, for the
-//!   demo and the tests.
+//! The core, bottom up (each file imports only files above it in this list,
+//! and a folder's `mod.rs` only names its parts):
+//!
+//! - `messages`, `validate`, `uds`, `dir_watch`, `proto`, `logging`, `metrics`:
+//!   upstream's log lines, the kubelet's rules, gRPC over unix sockets, inotify,
+//!   the generated protos, Kubernetes log formats, Prometheus metrics.
+//! - `flags` (upstream's command line) and `config` (those flags checked).
+//! - `csi/`: the driver's client, discovery, and the watch that notices it change.
+//! - `policy/`: the [`Policy`](policy) seam, the built-in default, the hook
+//!   table, the policy file, the plugin chain, and (feature `wasm`) the wasmtime host.
+//! - `state`: the one owner of the registration's state (what is advertised,
+//!   the kubelet's verdict, the driver's health), behind a watch channel.
+//! - `registration/`: the registration socket's whole life and the kubelet's
+//!   `pluginregistration` service.
+//! - `health`: `/healthz`, `/readyz` and `/metrics`, read from the state.
+//! - `registrar`: the loop's handlers, one per event, and the back-off rule.
+//! - `app`: the wiring, and the loop. `error`: [`AppError`].
+//! - `process`: what the binary does (flags, logging, the panic hook, exit codes).
+//!
+//! Beside the core: `tools/` (the `demo` and `plugin …` subcommands, and the
+//! stand-ins they and the tests use), and `testing`, the one door through
+//! which tests and benches reach inside.
 
-#![warn(unreachable_pub)]
-
-pub mod app;
-pub mod cli;
-pub mod config;
+mod app;
+mod config;
 mod csi;
-mod demo;
 mod dir_watch;
-pub mod health;
-pub mod logging;
-pub mod messages;
-pub mod metrics;
-pub mod policy;
-pub mod proto;
-pub mod registration;
+mod error;
+mod flags;
+mod health;
+mod logging;
+mod messages;
+mod metrics;
+mod policy;
+mod process;
+mod proto;
+mod registrar;
+mod registration;
 pub mod signal;
-pub mod standins;
-pub mod tools;
-pub mod uds;
-pub mod validate;
+mod state;
+#[doc(hidden)]
+pub mod testing;
+mod tools;
+mod uds;
+mod validate;
+
+pub use app::run;
+pub use config::{Config, FlagsError, Start};
+pub use csi::CsiError;
+pub use error::AppError;
+pub use flags::Flags;
+pub use health::HttpError;
+pub use policy::{LoadError, PluginLoadError, PolicyError, PolicyFileError};
+pub use process::main;
+pub use registration::SocketError;
+pub use validate::NameError;
 
 /// The version printed by `--version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -30,7 +30,7 @@ const OWN: &[&str] = &["csi_node_driver_registrar", "plugin"];
 
 /// klog's `-v` and `--vmodule`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Verbosity {
+pub(crate) struct Verbosity {
     pub v: u8,
     /// `pattern=N`: files whose name without `.rs` matches `pattern` (`*` and
     /// `?` as globs) log up to `N` instead.
@@ -38,7 +38,7 @@ pub struct Verbosity {
 }
 
 impl Verbosity {
-    pub fn new(v: u8) -> Self {
+    pub(crate) fn new(v: u8) -> Self {
         Verbosity {
             v,
             vmodule: Vec::new(),
@@ -46,7 +46,7 @@ impl Verbosity {
     }
 
     /// Parses `--vmodule`: `pattern=N,...` (klog's syntax; empty is none).
-    pub fn parse_vmodule(spec: &str) -> Result<Vec<(String, u8)>, String> {
+    pub(crate) fn parse_vmodule(spec: &str) -> Result<Vec<(String, u8)>, String> {
         spec.split(',')
             .filter(|s| !s.is_empty())
             .map(|item| {
@@ -269,12 +269,12 @@ fn civil(now: SystemTime) -> (u32, u32, u64, u32) {
 
 /// A one-line-per-event format: [`KLOG_TEXT`] or [`COMPONENT_BASE_JSON`].
 #[derive(Clone, Copy)]
-pub struct LineFormat(fn(SystemTime, &Event<'_>) -> String);
+pub(crate) struct LineFormat(fn(SystemTime, &Event<'_>) -> String);
 
 /// klog's text format.
-pub const KLOG_TEXT: LineFormat = LineFormat(klog_line);
+pub(crate) const KLOG_TEXT: LineFormat = LineFormat(klog_line);
 /// component-base's JSON schema.
-pub const COMPONENT_BASE_JSON: LineFormat = LineFormat(json_line);
+pub(crate) const COMPONENT_BASE_JSON: LineFormat = LineFormat(json_line);
 
 impl<S, N> FormatEvent<S, N> for LineFormat
 where
@@ -369,13 +369,13 @@ fn json_line(now: SystemTime, event: &Event<'_>) -> String {
 }
 
 /// Installs the global subscriber: `json` selects `--logging-format=json`.
-pub fn init(verbosity: Verbosity, json: bool) {
+pub(crate) fn init(verbosity: Verbosity, json: bool) {
     install(verbosity, json, false);
 }
 
 /// For the demo and the plugin tools, whose own output is on stdout: warnings,
 /// and the plugins' own log lines; `-v` brings the registrar's log back.
-pub fn init_tools(v: u8) {
+pub(crate) fn init_tools(v: u8) {
     install(Verbosity::new(v), false, v == 0);
 }
 

@@ -58,6 +58,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every metric at zero.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("csi_registrar");
         let registered = Gauge::default();
@@ -123,10 +124,12 @@ impl Metrics {
         }
     }
 
+    /// `csi_registrar_registered`: the kubelet's last verdict.
     pub fn set_registered(&self, registered: bool) {
         self.registered.set(i64::from(registered));
     }
 
+    /// Counts a `NotifyRegistrationStatus`.
     pub fn kubelet_notification(&self, registered: bool) {
         self.notifications
             .get_or_create(&NotificationLabels {
@@ -135,10 +138,12 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a `GetInfo`.
     pub fn get_info(&self) {
         self.get_info.inc();
     }
 
+    /// Counts a registration socket created, by reason.
     pub fn socket_created(&self, reason: &str) {
         self.socket_creations
             .get_or_create(&ReasonLabels {
@@ -147,10 +152,12 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts the driver coming back.
     pub fn driver_reconnected(&self) {
         self.driver_reconnects.inc();
     }
 
+    /// Counts a reload, by outcome.
     pub fn policy_reload(&self, ok: bool) {
         self.policy_reloads
             .get_or_create(&OutcomeLabels {
@@ -159,6 +166,7 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a plugin call and records its duration.
     pub fn plugin_call(&self, plugin: &str, hook: &str, outcome: &str, took: Duration) {
         self.plugin_calls
             .get_or_create(&CallLabels {

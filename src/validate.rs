@@ -13,6 +13,7 @@ pub const MAX_DRIVER_NAME_LEN: usize = 63;
 /// far more than any CSI driver needs, and far below the kubelet's 4 MiB
 /// message limit (upstream always sends one).
 pub const MAX_VERSIONS: usize = 16;
+/// The longest version string that may be advertised.
 pub const MAX_VERSION_LEN: usize = 64;
 /// How much of a value that came from outside (a plugin, a driver) an error
 /// or a log line shows.
@@ -43,25 +44,43 @@ pub fn bounded(text: String, max: usize) -> String {
     format!("{}... ({} bytes in all)", &text[..end], text.len())
 }
 
+/// A driver name the CSI spec or the kubelet refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
+    /// The name is empty.
     #[error("driver name is empty")]
     Empty,
+    /// Longer than the CSI spec allows.
     #[error(
         "driver name {} is {len} characters long; the CSI spec allows at most {MAX_DRIVER_NAME_LEN}",
         shown(name)
     )]
-    TooLong { name: String, len: usize },
+    TooLong {
+        /// The name.
+        name: String,
+        /// Its length.
+        len: usize,
+    },
+    /// It does not begin and end with an alphanumeric.
     #[error(
         "driver name {} must begin and end with an alphanumeric character ([a-z0-9A-Z]) (CSI naming rule)",
         shown(name)
     )]
-    BadEnds { name: String },
+    BadEnds {
+        /// The name.
+        name: String,
+    },
+    /// It has a character the CSI spec does not allow.
     #[error(
         "driver name {} contains {found:?}; only alphanumerics, '-' and '.' are allowed (CSI naming rule)",
         shown(name)
     )]
-    BadChar { name: String, found: char },
+    BadChar {
+        /// The name.
+        name: String,
+        /// The first character not allowed.
+        found: char,
+    },
 }
 
 /// Checks a driver name against the CSI spec: at most 63 characters, beginning
@@ -111,6 +130,7 @@ pub struct KubeletVersion(Vec<u64>);
 const RE2_SPACE: [char; 5] = ['\t', '\n', '\x0c', '\r', ' '];
 
 impl KubeletVersion {
+    /// Parses `<major>.<minor>[.<patch>]` as the kubelet does.
     pub fn parse(text: &str) -> Option<Self> {
         let s = text.trim_start_matches(RE2_SPACE);
         let s = s.strip_prefix('v').unwrap_or(s);
@@ -139,6 +159,7 @@ impl KubeletVersion {
             .map(KubeletVersion)
     }
 
+    /// The major version.
     pub fn major(&self) -> u64 {
         self.0[0]
     }
@@ -172,18 +193,27 @@ impl std::fmt::Display for KubeletVersion {
     }
 }
 
+/// Supported versions the kubelet would refuse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VersionsError {
+    /// None at all.
     #[error("supported versions are empty; the kubelet needs at least one 1.x version")]
     Empty,
+    /// None is a 1.x version.
     #[error(
         "none of the supported versions {} is a 1.x version the kubelet can parse (it reads \"<major>.<minor>[.<patch>]\" and needs major 1)", shown(&format!("{:?}", .0))
     )]
     NoV1(Vec<String>),
+    /// Too many, or too long.
     #[error(
         "{count} supported versions, the longest {longest} bytes: at most {MAX_VERSIONS} of at most {MAX_VERSION_LEN} bytes each can be advertised"
     )]
-    TooMany { count: usize, longest: usize },
+    TooMany {
+        /// How many.
+        count: usize,
+        /// The longest, in bytes.
+        longest: usize,
+    },
 }
 
 /// What may be advertised: [`highest_supported_version`]'s rule, within
@@ -215,19 +245,29 @@ pub fn highest_supported_version(versions: &[String]) -> Result<KubeletVersion, 
         .ok_or_else(|| VersionsError::NoV1(versions.to_vec()))
 }
 
+/// An endpoint the kubelet cannot dial.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EndpointError {
+    /// It is empty.
     #[error("endpoint is empty")]
     Empty,
+    /// It is not an absolute path.
     #[error("endpoint {} is not an absolute path", shown(.0))]
     NotAbsolute(String),
+    /// It has a NUL byte.
     #[error("endpoint {} contains a NUL byte", shown(.0))]
     Nul(String),
+    /// It is too long for a unix socket path.
     #[error(
         "endpoint {} is {len} bytes long; a unix socket path must be shorter than {UNIX_PATH_MAX} bytes",
         shown(path)
     )]
-    TooLong { path: String, len: usize },
+    TooLong {
+        /// The endpoint.
+        path: String,
+        /// Its length in bytes.
+        len: usize,
+    },
 }
 
 /// The endpoint the kubelet dials: an absolute unix socket path on the host.

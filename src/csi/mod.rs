@@ -22,22 +22,76 @@ pub(crate) const STILL_CONNECTING_EVERY: Duration = Duration::from_secs(10);
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_CAP: Duration = Duration::from_secs(1);
 
+/// The CSI driver cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CsiError {
+    /// `--csi-address` is not a unix socket.
     #[error("invalid --csi-address {0:?}: only unix sockets are supported (a path or unix://path)")]
     Address(String),
+    /// The driver did not accept a connection within `--driver-wait-timeout`.
     #[error("CSI driver socket {path} did not accept a connection within {waited:?}: {last_error}")]
     ConnectTimeout {
+        /// The driver's socket.
         path: PathBuf,
+        /// How long the registrar tried.
         waited: Duration,
+        /// The last dial's error, as the OS gave it.
         last_error: String,
     },
+    /// A new connection failed.
     #[error("cannot connect to the CSI driver socket: {0}")]
     Dial(std::io::Error),
+    /// GetPluginInfo answered with an error.
     #[error("GetPluginInfo failed: {0}")]
     Rpc(#[from] tonic::Status),
+    /// GetPluginInfo did not answer within `--timeout`.
     #[error("GetPluginInfo did not answer within {0:?} (--timeout)")]
     Timeout(Duration),
+    /// The driver's name is empty.
+    #[error("driver name is empty")]
+    EmptyName,
+    /// The driver's name breaks the CSI naming rule.
+    #[error("the CSI driver's name is unusable: {0}")]
+    Name(#[from] crate::validate::NameError),
+}
+
+/// How long to wait between GetPluginInfo attempts at start-up, at most.
+const INFO_BACKOFF_CAP: Duration = Duration::from_secs(5);
+
+/// Connects to the driver at `path` and asks its name, retrying with backoff
+/// until `deadline` (`None`: forever). A name that breaks the rules is final.
+pub(crate) async fn discover(
+    path: &Path,
+    timeout: Duration,
+    deadline: Option<Instant>,
+) -> Result<(Driver, PluginInfo), CsiError> {
+    let remaining = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let driver = Driver::connect(path, remaining()).await?;
+    tracing::info!(v = 1, "{}", messages::DISCOVERING_DRIVER_NAME);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match driver.plugin_info(timeout).await {
+            Ok(info) => {
+                check_name(&info.name)?;
+                tracing::info!(v = 2, csiDriverName = %info.name, vendorVersion = %info.vendor_version, "{}", messages::CSI_DRIVER_NAME);
+                return Ok((driver, info));
+            }
+            Err(e) if remaining().is_some_and(|r| r.is_zero()) => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "GetPluginInfo failed; retrying");
+                tokio::time::sleep(remaining().map_or(backoff, |r| r.min(backoff))).await;
+                backoff = (backoff * 2).min(INFO_BACKOFF_CAP);
+            }
+        }
+    }
+}
+
+/// A driver name the kubelet and the CSI spec accept.
+pub(crate) fn check_name(name: &str) -> Result<(), CsiError> {
+    if name.is_empty() {
+        return Err(CsiError::EmptyName);
+    }
+    Ok(crate::validate::driver_name(name)?)
 }
 
 /// Turns `--csi-address` into a socket path: a bare path or `unix://` + path

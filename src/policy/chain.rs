@@ -11,30 +11,40 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::{Hook, Mode, OnError};
-use super::{Context, DefaultPolicy, Failure, FailureAction, Policy, PolicyError, Registration};
+use super::decision::{
+    Context, DefaultPolicy, Failure, FailureAction, Policy, PolicyError, Registration,
+};
+use super::file::{Mode, OnError};
+use super::hook::Hook;
 use crate::metrics::Metrics;
 use crate::validate;
 
 /// A loaded plugin, as the chain sees it. Each call reports the plugin's own
 /// answer: `Ok(None)` is `keep` (or `defer` for the failure hook).
 pub trait PluginHooks: Send + Sync {
+    /// The plugin's `id` in the policy file.
     fn id(&self) -> &str;
+    /// Whether its decisions are applied.
     fn mode(&self) -> Mode;
+    /// What its errors do.
     fn on_error(&self) -> OnError;
     /// Whether the component exports the hook and the TOML filter lets it run.
     fn runs(&self, hook: Hook) -> bool;
+    /// The `driver-name` hook: `Some(name)` renames.
     fn rewrite_driver_name(
         &self,
         ctx: &Context,
         current: &str,
     ) -> Result<Option<String>, CallError>;
+    /// The `versions` hook: the versions to advertise.
     fn supported_versions(
         &self,
         ctx: &Context,
         current: &[String],
     ) -> Result<Vec<String>, CallError>;
+    /// The `endpoint` hook: `Some(path)` replaces the endpoint.
     fn map_endpoint(&self, ctx: &Context, current: &str) -> Result<Option<String>, CallError>;
+    /// The `failure` hook: `None` defers.
     fn on_failure(
         &self,
         ctx: &Context,
@@ -48,13 +58,20 @@ pub enum CallError {
     /// The plugin answered with its `policy-error`.
     #[error("the plugin reported an error: {0}")]
     Plugin(String),
+    /// The call passed its deadline.
     #[error("deadline of {0:?} exceeded")]
     Timeout(Duration),
     /// The instance's memories and tables together would have passed the cap.
     #[error(
         "memory limit of {limit_mib} MiB exceeded (the instance asked for {wanted_mib} MiB in all)"
     )]
-    Memory { limit_mib: u64, wanted_mib: u64 },
+    Memory {
+        /// `memory_limit_mib`.
+        limit_mib: u64,
+        /// What the instance asked for in all.
+        wanted_mib: u64,
+    },
+    /// The plugin trapped (a panic, an unreachable, a bad import).
     #[error("trapped: {0}")]
     Trap(String),
     /// The answer broke a rule the kubelet or the CSI spec sets.
@@ -93,6 +110,7 @@ impl std::fmt::Debug for Chain {
 }
 
 impl Chain {
+    /// A chain of `plugins`, in order; retry delays are clamped to `min_retry..=max_retry`.
     pub fn new(
         plugins: Vec<Box<dyn PluginHooks>>,
         min_retry: Duration,
@@ -107,6 +125,7 @@ impl Chain {
         }
     }
 
+    /// The plugins' ids, in order.
     pub fn plugin_ids(&self) -> Vec<&str> {
         self.plugins.iter().map(|p| p.id()).collect()
     }

@@ -1,205 +1,37 @@
 //! Policy decisions: what the registrar advertises to the kubelet and what it
 //! does when the kubelet refuses it.
 //!
-//! [`Policy`] is the seam. [`DefaultPolicy`] reproduces the Go registrar exactly;
-//! [`Chain`] runs WebAssembly plugins configured in TOML (see [`config`]) in
-//! front of it. The name, endpoint and versions are decided once at start-up
+//! - `decision`: the [`Policy`] seam, what it decides ([`Registration`],
+//!   [`FailureAction`]) from what ([`Context`], [`Failure`]), and
+//!   [`DefaultPolicy`], which reproduces the Go registrar exactly.
+//! - `hook`: the one table of hooks a plugin can implement.
+//! - `file`: the policy file (TOML).
+//! - `chain`: plugins in TOML order in front of the built-in policy.
+//! - `load`: a policy file into a policy.
+//! - `wasm` (feature `wasm`): the wasmtime host.
+//! - `read`: bounded reads of regular files.
+//!
+//! The name, endpoint and versions are decided once at start-up
 //! ([`Policy::registration`]) so that `GetInfo` never waits on a plugin; the
 //! failure decision is made per kubelet refusal.
+//!
+//! This file only names the parts; they import each other, never it.
 
-pub mod chain;
-pub mod config;
+mod chain;
+mod decision;
+pub(crate) mod file;
+mod hook;
+mod load;
+mod read;
 #[cfg(feature = "wasm")]
-pub mod wasm;
+pub(crate) mod wasm;
 
-use std::time::Duration;
-
-pub use chain::Chain;
-
-/// The most a plugin component file may hold (the Python and JavaScript
-/// examples are under 20 MB).
-pub const MAX_PLUGIN_FILE: u64 = 256 << 20;
-/// The most a policy file may hold.
-pub const MAX_POLICY_FILE: u64 = 1 << 20;
-
-/// Reads a file that must be a regular file of at most `max` bytes. Opening
-/// does not block on a FIFO (`O_NONBLOCK`), and the type is checked on the
-/// opened file, so nothing but a regular file is ever read, and never more
-/// than `max` bytes of it (`/dev/zero` is refused, not read until memory runs out).
-pub fn read_regular_file(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
-    let ft = meta.file_type();
-    if !ft.is_file() {
-        let kind = if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_dir() {
-            "a directory"
-        } else if ft.is_char_device() || ft.is_block_device() {
-            "a device"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
-        };
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("it is {kind}, not a regular file"),
-        ));
-    }
-    if meta.len() > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("it is {} bytes, more than the {max} allowed", meta.len()),
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("it grew past the {max} bytes allowed while being read"),
-        ));
-    }
-    Ok(bytes)
-}
-
-/// The default `supported_versions` (upstream's `supportedVersions`).
-pub const DEFAULT_SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
-
-/// The exit code upstream uses for every runtime failure.
-pub const EXIT_FAILURE: u8 = 1;
-
-/// What the registrar knows when it asks for a decision.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Context {
-    /// `KUBE_NODE_NAME` (empty when unset).
-    pub node_name: String,
-    /// The name the driver returned from `GetPluginInfo`.
-    pub driver_name: String,
-    /// The driver's `vendor_version`.
-    pub driver_version: String,
-    /// `--csi-address`.
-    pub csi_address: String,
-    /// `--kubelet-registration-path`.
-    pub kubelet_registration_path: String,
-    /// `--plugin-registration-path`.
-    pub plugin_registration_path: String,
-}
-
-/// What `GetInfo` answers (besides the fixed type `CSIPlugin`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Registration {
-    pub name: String,
-    pub endpoint: String,
-    pub supported_versions: Vec<String>,
-}
-
-impl Registration {
-    /// Upstream's answer: the driver's own name, `--kubelet-registration-path`
-    /// verbatim and `["1.0.0"]`.
-    pub fn upstream(ctx: &Context) -> Self {
-        Registration {
-            name: ctx.driver_name.clone(),
-            endpoint: ctx.kubelet_registration_path.clone(),
-            supported_versions: DEFAULT_SUPPORTED_VERSIONS
-                .iter()
-                .map(|v| v.to_string())
-                .collect(),
-        }
-    }
-}
-
-/// A refusal by the kubelet, as the failure hook sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// The kubelet's error text.
-    pub error: String,
-    /// 1 for the first refusal since the last successful registration.
-    pub attempt: u32,
-    /// Time since the first refusal of this streak.
-    pub elapsed: Duration,
-}
-
-/// What to do about a refusal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FailureAction {
-    /// Remove the registration socket and exit with this code (upstream: 1).
-    Exit(u8),
-    /// Remove the registration socket, wait, and create it again so the kubelet
-    /// registers anew. Serialized as milliseconds.
-    Retry(#[serde(serialize_with = "millis")] Duration),
-    /// Log and keep serving.
-    Ignore,
-}
-
-fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// A policy that could not decide, named after what failed.
-#[derive(Debug, thiserror::Error)]
-#[error("policy plugin {plugin:?}, hook {hook}: {message}")]
-pub struct PolicyError {
-    pub plugin: String,
-    pub hook: &'static str,
-    pub message: String,
-}
-
-/// The seam between the registrar and its policy.
-pub trait Policy: Send + Sync {
-    /// The registration advertised to the kubelet. Called at start-up, before the
-    /// registration socket exists.
-    fn registration(&self, ctx: &Context) -> Result<Registration, PolicyError>;
-
-    /// What to do about a refusal by the kubelet. Called after the kubelet got its reply.
-    fn on_failure(&self, ctx: &Context, failure: &Failure) -> Result<FailureAction, PolicyError>;
-}
-
-/// Upstream's policy, hard-coded in the Go registrar.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DefaultPolicy;
-
-impl Policy for DefaultPolicy {
-    fn registration(&self, ctx: &Context) -> Result<Registration, PolicyError> {
-        Ok(Registration::upstream(ctx))
-    }
-
-    fn on_failure(&self, _: &Context, _: &Failure) -> Result<FailureAction, PolicyError> {
-        Ok(FailureAction::Exit(EXIT_FAILURE))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_is_upstream() {
-        let ctx = Context {
-            driver_name: "hostpath.csi.k8s.io".into(),
-            kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath/csi.sock".into(),
-            ..Context::default()
-        };
-        let reg = DefaultPolicy.registration(&ctx).unwrap();
-        assert_eq!(reg.name, "hostpath.csi.k8s.io");
-        assert_eq!(reg.endpoint, "/var/lib/kubelet/plugins/hostpath/csi.sock");
-        assert_eq!(reg.supported_versions, vec!["1.0.0"]);
-        let failure = Failure {
-            error: "x".into(),
-            attempt: 3,
-            elapsed: Duration::from_secs(1),
-        };
-        assert_eq!(
-            DefaultPolicy.on_failure(&ctx, &failure).unwrap(),
-            FailureAction::Exit(1)
-        );
-    }
-}
+pub use chain::{CallError, Chain, PluginHooks};
+pub(crate) use decision::EXIT_FAILURE;
+pub use decision::{
+    Context, DefaultPolicy, Failure, FailureAction, Policy, PolicyError, Registration,
+};
+pub use file::PolicyFileError;
+pub use hook::Hook;
+pub use load::{LoadError, PluginLoadError};
+pub(crate) use load::load;

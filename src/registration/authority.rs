@@ -52,7 +52,7 @@ const LOCALHOST: &[u8] = b"localhost";
 
 /// A connection whose client-to-server header blocks are rewritten as
 /// described in the module docs. Writes pass straight through.
-pub struct AuthorityFix<S> {
+pub(crate) struct AuthorityFix<S> {
     inner: S,
     /// Bytes read from the client, not yet processed.
     input: BytesMut,
@@ -73,7 +73,7 @@ enum State {
 }
 
 impl<S> AuthorityFix<S> {
-    pub fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         AuthorityFix {
             inner,
             input: BytesMut::new(),
@@ -82,10 +82,6 @@ impl<S> AuthorityFix<S> {
             rewriter: Rewriter::new(),
             eof: false,
         }
-    }
-
-    pub fn get_ref(&self) -> &S {
-        &self.inner
     }
 
     /// Moves every complete unit of `input` to `output`.

@@ -9,53 +9,46 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
-use super::Advertised;
 use crate::messages;
 use crate::metrics::Metrics;
-use crate::policy::Registration;
+use crate::state::StateReader;
 use crate::proto::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
     registration_server::Registration as RegistrationApi,
 };
 
 /// The plugin type the kubelet routes to its CSI handler.
-pub const CSI_PLUGIN_TYPE: &str = "CSIPlugin";
+pub(crate) const CSI_PLUGIN_TYPE: &str = "CSIPlugin";
 
 /// The kubelet's answer to one registration attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
+    /// Whether the kubelet registered the plugin.
     pub registered: bool,
+    /// The kubelet's error text when it did not.
     pub error: String,
 }
 
 /// The service, shared by every connection.
 #[derive(Clone)]
 pub struct RegistrationService {
-    advertised: Arc<Advertised>,
+    state: StateReader,
     verdicts: mpsc::UnboundedSender<Verdict>,
     metrics: Arc<Metrics>,
 }
 
 impl RegistrationService {
+    /// Answers `GetInfo` from `state`; verdicts go to `verdicts`.
     pub fn new(
-        advertised: Arc<Advertised>,
+        state: StateReader,
         verdicts: mpsc::UnboundedSender<Verdict>,
         metrics: Arc<Metrics>,
     ) -> Self {
         RegistrationService {
-            advertised,
+            state,
             verdicts,
             metrics,
         }
-    }
-}
-
-fn plugin_info(r: &Registration) -> PluginInfo {
-    PluginInfo {
-        r#type: CSI_PLUGIN_TYPE.to_owned(),
-        name: r.name.clone(),
-        endpoint: r.endpoint.clone(),
-        supported_versions: r.supported_versions.clone(),
     }
 }
 
@@ -63,10 +56,15 @@ fn plugin_info(r: &Registration) -> PluginInfo {
 impl RegistrationApi for RegistrationService {
     async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
         self.metrics.get_info();
-        let Some(published) = self.advertised.get() else {
+        let info = self.state.borrow().registration().map(|r| PluginInfo {
+            r#type: CSI_PLUGIN_TYPE.to_owned(),
+            name: r.name.clone(),
+            endpoint: r.endpoint.clone(),
+            supported_versions: r.supported_versions.clone(),
+        });
+        let Some(info) = info else {
             return Err(Status::unavailable("no registration decided yet"));
         };
-        let info = plugin_info(&published.registration);
         tracing::info!(
             v = 4,
             request = "&InfoRequest{}",

@@ -3,19 +3,16 @@
 //! the watch on the registration directory that notices all of that.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::socket::{Bound, Generation, SocketState, socket_path};
-use super::{Advertised, AuthorityFix, Published, RegistrationSocket, SocketError};
+use super::authority::AuthorityFix;
+use super::socket::{Bound, Generation, RegistrationSocket, SocketError, SocketState, socket_path};
 use crate::dir_watch::{self, DirEvent, DirWatch};
 use crate::messages;
-use crate::metrics::Metrics;
-use crate::policy::Registration;
 
 /// How often the registration socket is checked for deletion when inotify is
 /// not available.
@@ -24,21 +21,19 @@ pub(crate) const RECONCILE_EVERY: Duration = Duration::from_millis(500);
 /// A kubelet connection: any client's `:authority` gets through to h2.
 pub(crate) type KubeletConn = AuthorityFix<UnixStream>;
 
-/// What a (re)creation ended in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a (re)creation ended in, and the socket's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Listened {
     /// Our socket is at the path, waiting for the kubelet.
-    Serving,
+    Serving(PathBuf),
     /// A newer instance's socket is at the path; we stand by.
-    StandingBy,
+    StandingBy(PathBuf),
 }
 
 /// The only code that creates, re-creates or removes the registration socket.
 pub(crate) struct Slot {
     dir: PathBuf,
     conns: mpsc::Sender<std::io::Result<KubeletConn>>,
-    metrics: Arc<Metrics>,
-    advertised: Arc<Advertised>,
     current: Option<Listening>,
     /// When this instance started: of two live instances, the newer keeps the path.
     generation: Generation,
@@ -53,14 +48,8 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// Watches `dir`; accepted connections go to `conns`, and the
-    /// registration being served is published in `advertised`.
-    pub(crate) fn new(
-        dir: PathBuf,
-        conns: mpsc::Sender<std::io::Result<KubeletConn>>,
-        metrics: Arc<Metrics>,
-        advertised: Arc<Advertised>,
-    ) -> Self {
+    /// Watches `dir`; accepted connections go to `conns`.
+    pub(crate) fn new(dir: PathBuf, conns: mpsc::Sender<std::io::Result<KubeletConn>>) -> Self {
         // Deletions are noticed by inotify at once and without waking up
         // while idle; polling is the mechanism only without inotify.
         let events = watch_registry(&dir);
@@ -68,8 +57,6 @@ impl Slot {
         Slot {
             dir,
             conns,
-            metrics,
-            advertised,
             current: None,
             generation: Generation::now(),
             standby: None,
@@ -79,17 +66,13 @@ impl Slot {
         }
     }
 
-    /// (Re)creates `<dir>/<name>-reg.sock` for `registration` (see
+    /// (Re)creates `<dir>/<name>-reg.sock` for the driver `name` (see
     /// [`RegistrationSocket::bind`] for how the path is taken over). The
     /// previous socket is dropped only once the new one is in place: at the
     /// same path it was swapped out atomically, under another name it is
     /// removed then.
-    pub(crate) fn listen(
-        &mut self,
-        registration: &Registration,
-        reason: &'static str,
-    ) -> Result<Listened, SocketError> {
-        let path = socket_path(&self.dir, &registration.name);
+    pub(crate) fn listen(&mut self, name: &str, reason: &str) -> Result<Listened, SocketError> {
+        let path = socket_path(&self.dir, name);
         tracing::info!(socketPath = %path.display(), reason, "{}", messages::STARTING_REGISTRATION_SERVER);
         let previous = self.current.as_ref().map(|l| &l.socket);
         let Some(listening) =
@@ -97,12 +80,8 @@ impl Slot {
         else {
             self.close();
             self.standby = Some(path.clone());
-            self.advertised.publish(Published {
-                registration: registration.clone(),
-                socket: path.clone(),
-            });
             tracing::warn!(socketPath = %path.display(), reason, "A newer instance's registration socket is at the path; leaving it to that instance");
-            return Ok(Listened::StandingBy);
+            return Ok(Listened::StandingBy(path));
         };
         self.standby = None;
         if let Some(mut previous) = self.current.replace(listening)
@@ -110,13 +89,8 @@ impl Slot {
         {
             previous.socket.disown(); // swapped out and removed by the takeover
         }
-        self.advertised.publish(Published {
-            registration: registration.clone(),
-            socket: path.clone(),
-        });
-        self.metrics.socket_created(reason);
         tracing::info!(socketPath = %path.display(), reason, "{}", messages::REGISTRATION_SERVER_STARTED);
-        Ok(Listened::Serving)
+        Ok(Listened::Serving(path))
     }
 
     /// Removes the socket (if it is still ours): the kubelet deregisters.
@@ -155,13 +129,10 @@ impl Slot {
         self.reconcile = polling(self.events.is_some());
     }
 
-    /// Re-creates the socket if someone deleted it; leaves a newer instance's
-    /// alone, and takes the path back from an older or dead one. `Some` when
-    /// the socket was (re)created or given up.
-    pub(crate) fn reconcile(&mut self) -> Result<Option<Listened>, SocketError> {
-        let Some(registration) = self.advertised.get().map(|p| p.registration) else {
-            return Ok(None);
-        };
+    /// Re-creates the socket of the driver `name` if someone deleted it;
+    /// leaves a newer instance's alone, and takes the path back from an older
+    /// or dead one. `Some` when the socket was (re)created or given up.
+    pub(crate) fn reconcile(&mut self, name: &str) -> Result<Option<Listened>, SocketError> {
         let Some(current) = &self.current else {
             // Standing by for a newer instance: should its socket vanish (it
             // exited, or the clocks disagree on which of us is newer), take the
@@ -170,7 +141,7 @@ impl Slot {
                 && !path.exists()
             {
                 tracing::warn!(socketPath = %path.display(), "The newer instance's registration socket is gone; creating ours");
-                return self.listen(&registration, "deleted").map(Some);
+                return self.listen(name, "deleted").map(Some);
             }
             return Ok(None);
         };
@@ -178,13 +149,13 @@ impl Slot {
             SocketState::Ours => Ok(None),
             SocketState::Missing => {
                 tracing::warn!(socketPath = %current.socket.path().display(), "Registration socket was deleted; re-creating it so the kubelet registers again");
-                self.listen(&registration, "deleted").map(Some)
+                self.listen(name, "deleted").map(Some)
             }
             SocketState::Replaced => {
                 // Another instance's socket: a newer one keeps it (and we stand
                 // by); an older or dead one's is taken back.
                 tracing::info!(socketPath = %current.socket.path().display(), "Registration socket was replaced by another instance's");
-                self.listen(&registration, "replaced").map(Some)
+                self.listen(name, "replaced").map(Some)
             }
         }
     }

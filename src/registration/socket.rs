@@ -40,47 +40,73 @@ use rustix::fs::{AtFlags, CWD, RenameFlags, Timestamps, renameat_with, utimensat
 
 use crate::validate::UNIX_PATH_MAX;
 
+/// The registration socket cannot be created.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
+    /// The path is too long for a unix socket.
     #[error(
         "registration socket path {path} is {len} bytes long; unix socket paths must be shorter than {UNIX_PATH_MAX} bytes: shorten --plugin-registration-path or the driver name"
     )]
-    TooLong { path: PathBuf, len: usize },
+    TooLong {
+        /// The socket's path.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// Something other than a socket is at the path; it is left alone.
     #[error(
         "{path} exists and is not a socket (it is a {kind}); refusing to remove it: move it away or point --plugin-registration-path elsewhere"
     )]
-    NotASocket { path: PathBuf, kind: &'static str },
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+        /// What is there.
+        kind: &'static str,
+    },
+    /// The path cannot be looked at.
     #[error("cannot inspect registration socket path {path}: {source}")]
     Inspect {
+        /// The path.
         path: PathBuf,
+        /// The OS's error.
         #[source]
         source: io::Error,
     },
+    /// The socket cannot be bound.
     #[error("cannot listen on registration socket {path}: {source}")]
     Bind {
+        /// The path.
         path: PathBuf,
+        /// The OS's error.
         #[source]
         source: io::Error,
     },
+    /// The new socket cannot be moved into place.
     #[error("cannot move the new registration socket to {path}: {source}")]
     Rename {
+        /// The path.
         path: PathBuf,
+        /// The OS's error.
         #[source]
         source: io::Error,
     },
+    /// Another process keeps changing the path.
     #[error(
         "registration socket path {path} kept changing while taking it over; another process is creating and removing files there"
     )]
-    Contended { path: PathBuf },
+    Contended {
+        /// The path.
+        path: PathBuf,
+    },
 }
 
 /// When an instance started: the socket it binds carries it as its mtime, so
 /// that of two live instances the newer one keeps the path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Generation(SystemTime);
+pub(super) struct Generation(SystemTime);
 
 impl Generation {
-    pub fn now() -> Self {
+    pub(super) fn now() -> Self {
         Generation(SystemTime::now())
     }
 
@@ -109,7 +135,7 @@ impl Generation {
 
 /// The outcome of a [`RegistrationSocket::bind`] that did not fail.
 #[derive(Debug)]
-pub enum Bound {
+pub(super) enum Bound {
     Ours(RegistrationSocket, tokio::net::UnixListener),
     /// A live socket of a newer instance is at the path; nothing was created.
     Taken,
@@ -124,7 +150,7 @@ static LIVE: Mutex<Vec<(PathBuf, (u64, u64))>> = Mutex::new(Vec::new());
 
 /// Removes every registration socket this process still owns. For the panic
 /// hook: the kubelet must not keep dialing a socket nobody serves.
-pub fn remove_live_sockets() {
+pub(crate) fn remove_live_sockets() {
     let live = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
     for (path, identity) in live {
         if matches!(std::fs::symlink_metadata(&path), Ok(m) if (m.dev(), m.ino()) == identity) {
@@ -141,7 +167,7 @@ pub fn socket_path(dir: &Path, driver_name: &str) -> PathBuf {
 /// A bound registration socket. Dropping it removes the file if it is still
 /// the one this process created.
 #[derive(Debug)]
-pub struct RegistrationSocket {
+pub(super) struct RegistrationSocket {
     path: PathBuf,
     /// (device, inode) of the socket file we bound, to tell it from a newer
     /// instance's socket at the same path.
@@ -154,7 +180,7 @@ impl RegistrationSocket {
     /// Binds a socket with mode 0700 under a temporary name and moves it to
     /// `path` as the module docs describe; `previous` is this process's own
     /// socket there, if any. Must be called inside a tokio runtime.
-    pub fn bind(
+    pub(super) fn bind(
         path: PathBuf,
         generation: Generation,
         previous: Option<&RegistrationSocket>,
@@ -217,13 +243,13 @@ impl RegistrationSocket {
         ))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Forgets the socket without touching the path: for a socket this process
     /// replaced by its own newer one.
-    pub fn disown(&mut self) {
+    pub(super) fn disown(&mut self) {
         self.forget_live();
         self.owned = false;
     }
@@ -235,7 +261,7 @@ impl RegistrationSocket {
     }
 
     /// What is at the path now, compared with what we bound.
-    pub fn state(&self) -> SocketState {
+    pub(super) fn state(&self) -> SocketState {
         match std::fs::symlink_metadata(&self.path) {
             Ok(m) if (m.dev(), m.ino()) == self.identity => SocketState::Ours,
             Ok(_) => SocketState::Replaced,
@@ -246,7 +272,7 @@ impl RegistrationSocket {
 
     /// Removes the socket file if it is still ours; a newer instance's socket
     /// at the same path is left alone.
-    pub fn remove(&self) {
+    pub(super) fn remove(&self) {
         if !self.owned {
             return;
         }
@@ -277,7 +303,7 @@ impl Drop for RegistrationSocket {
 
 /// What is at a registration socket's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SocketState {
+pub(super) enum SocketState {
     /// The socket this process bound.
     Ours,
     /// Nothing: someone deleted it.

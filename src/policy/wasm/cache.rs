@@ -28,7 +28,7 @@ use wasmtime::component::Component;
 const MAGIC: &[u8; 16] = b"csi-registrar-1\n";
 const TAG: usize = 32;
 /// The shortest key accepted, in bytes (`plugin cache-key` writes 64 hex digits).
-pub const MIN_KEY_BYTES: usize = 32;
+pub(crate) const MIN_KEY_BYTES: usize = 32;
 const MAX_KEY_FILE: u64 = 4096;
 /// A compiled entry larger than this is not read.
 const MAX_ENTRY: u64 = 1 << 30;
@@ -57,7 +57,7 @@ impl CacheKey {
                 cache_dir.display()
             ));
         }
-        let bytes = crate::policy::read_regular_file(path, MAX_KEY_FILE)
+        let bytes = crate::policy::read::read_regular_file(path, MAX_KEY_FILE)
             .map_err(|e| format!("cannot read cache key file {}: {e}: {fix}", path.display()))?;
         let key = bytes.trim_ascii();
         if key.len() < MIN_KEY_BYTES {
@@ -94,7 +94,7 @@ impl CacheKey {
 }
 
 /// The cache file of a component for this engine and this registrar version.
-pub fn entry(engine: &Engine, dir: &Path, wasm_sha256: &[u8; 32]) -> PathBuf {
+pub(crate) fn entry(engine: &Engine, dir: &Path, wasm_sha256: &[u8; 32]) -> PathBuf {
     let mut compat = std::hash::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut compat);
     let mut key = Sha256::new();
@@ -126,7 +126,7 @@ fn usable_dir(dir: &Path) -> Result<(), String> {
 
 /// The compiled bytes of an entry whose tag is right, or why not.
 fn verified(path: &Path, key: &CacheKey, wasm_sha256: &[u8; 32]) -> Result<Vec<u8>, String> {
-    let mut bytes = crate::policy::read_regular_file(path, MAX_ENTRY).map_err(|e| e.to_string())?;
+    let mut bytes = crate::policy::read::read_regular_file(path, MAX_ENTRY).map_err(|e| e.to_string())?;
     if bytes.len() < MAGIC.len() + TAG || &bytes[..MAGIC.len()] != MAGIC {
         return Err("not an entry of this registrar (no header)".into());
     }
@@ -139,7 +139,7 @@ fn verified(path: &Path, key: &CacheKey, wasm_sha256: &[u8; 32]) -> Result<Vec<u
 
 /// Loads the component from the cache, or compiles it and stores it there.
 /// Any cache problem falls back to compiling in memory: never a failure.
-pub fn load_or_compile(
+pub(crate) fn load_or_compile(
     engine: &Engine,
     dir: &Path,
     key: &CacheKey,
@@ -189,7 +189,7 @@ pub fn load_or_compile(
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheOutcome {
+pub(crate) enum CacheOutcome {
     Hit,
     Stored,
     Bypassed,

@@ -30,7 +30,7 @@ static WORKER: OnceLock<PathBuf> = OnceLock::new();
 
 /// Compile in child processes of this executable from now on (the registrar
 /// binary calls this; its `plugin compile-worker` subcommand must exist).
-pub fn compile_in_child_processes() {
+pub(crate) fn compile_in_child_processes() {
     if let Ok(exe) = std::env::current_exe() {
         let _ = WORKER.set(exe);
     }
@@ -118,7 +118,7 @@ fn in_child(exe: &PathBuf, wasm: &[u8]) -> Result<Vec<u8>, ChildError> {
 
 /// `plugin compile-worker`: a component on stdin, its precompiled form on
 /// stdout; exit 2 with the reason on stderr if it does not compile.
-pub fn compile_worker() -> std::process::ExitCode {
+pub(crate) fn compile_worker() -> std::process::ExitCode {
     let mut wasm = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut wasm) {
         eprintln!("cannot read the component: {e}");

@@ -8,17 +8,17 @@ use std::path::Path;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-use super::{WIT_PACKAGE, WIT_VERSION};
-use crate::policy::config::Hook;
+use super::bindings::{WIT_PACKAGE, WIT_VERSION};
+use crate::policy::hook::Hook;
 
 /// A component file: a regular file, of bounded size.
-pub(super) fn read_component(path: &Path) -> Result<Vec<u8>, String> {
-    crate::policy::read_regular_file(path, crate::policy::MAX_PLUGIN_FILE)
+pub(crate) fn read_component(path: &Path) -> Result<Vec<u8>, String> {
+    crate::policy::read::read_regular_file(path, crate::policy::read::MAX_PLUGIN_FILE)
         .map_err(|e| format!("cannot read the file: {e}"))
 }
 
 /// Tells a core module or a non-wasm file from a component, with the fix.
-pub(super) fn check_is_component(wasm: &[u8]) -> Result<(), String> {
+pub(crate) fn check_is_component(wasm: &[u8]) -> Result<(), String> {
     match wasm.get(..8) {
         Some([0, b'a', b's', b'm', 0x0d, 0, 0x01, 0]) => Ok(()),
         Some([0, b'a', b's', b'm', 0x01, 0, 0, 0]) => Err(
@@ -30,7 +30,7 @@ pub(super) fn check_is_component(wasm: &[u8]) -> Result<(), String> {
 
 /// The hook interfaces a component exports, after checking it is a policy
 /// plugin of a version this host implements.
-pub fn exported_hooks(engine: &Engine, component: &Component) -> Result<BTreeSet<Hook>, String> {
+pub(crate) fn exported_hooks(engine: &Engine, component: &Component) -> Result<BTreeSet<Hook>, String> {
     let mut hooks = BTreeSet::new();
     let mut has_plugin = false;
     let mut foreign = Vec::new();
@@ -71,7 +71,7 @@ fn compatible(version: &str) -> bool {
     matches!((parts.next(), parts.next()), (Some("0"), Some("1")))
 }
 
-pub(super) fn describe_hooks(hooks: &BTreeSet<Hook>) -> String {
+pub(crate) fn describe_hooks(hooks: &BTreeSet<Hook>) -> String {
     if hooks.is_empty() {
         return "no hooks".into();
     }
@@ -82,7 +82,7 @@ pub(super) fn describe_hooks(hooks: &BTreeSet<Hook>) -> String {
         .join(", ")
 }
 
-pub(super) fn link_error(e: &wasmtime::Error) -> String {
+pub(crate) fn link_error(e: &wasmtime::Error) -> String {
     let text = format!("{e:#}");
     if text.contains("matching implementation was not found") {
         format!(

@@ -8,19 +8,49 @@ use std::time::Duration;
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
-use super::Host;
 use super::bindings::csi_registrar::policy::types::{PolicyError, RegistrationContext};
 use super::bindings::exports::csi_registrar::policy::{
     driver_name, endpoint, failure, plugin, versions,
 };
+use super::host::Host;
 use super::sandbox::{self, CallSpec, HostState, MAX_LOG_MESSAGE};
 use crate::policy::chain::{CallError, PluginHooks};
-use crate::policy::config::{Hook, Mode, OnError};
-use crate::policy::{Context, Failure, FailureAction};
+use crate::policy::decision::{Context, Failure, FailureAction};
+use crate::policy::file::{Mode, OnError};
+use crate::policy::hook::{Hook, for_each_hook};
 use crate::validate::bounded;
 
 /// A plugin's own name and version, as `info()` reports them, in logs.
 const MAX_INFO: usize = 128;
+
+macro_rules! define_guest_hooks {
+    ($(($variant:ident, $name:literal, $module:ident),)*) => {
+        /// Where each export lives in the component: `plugin`, and every hook
+        /// it exports (`None`: not exported).
+        pub(super) struct GuestHooks {
+            plugin: plugin::GuestIndices,
+            $($module: Option<$module::GuestIndices>,)*
+        }
+
+        impl GuestHooks {
+            /// Looks up `plugin` and the `exported` hooks in `pre`.
+            pub(super) fn new(
+                pre: &InstancePre<HostState>,
+                exported: &BTreeSet<Hook>,
+            ) -> wasmtime::Result<Self> {
+                Ok(GuestHooks {
+                    plugin: plugin::GuestIndices::new(pre)?,
+                    $($module: exported
+                        .contains(&Hook::$variant)
+                        .then(|| $module::GuestIndices::new(pre))
+                        .transpose()?,)*
+                })
+            }
+        }
+    };
+}
+
+for_each_hook!(define_guest_hooks);
 
 /// A loaded plugin; cheap to call, nothing shared between calls.
 pub struct WasmPlugin {
@@ -32,11 +62,7 @@ pub struct WasmPlugin {
     pub(super) memory_limit: u64,
     pub(super) settings_json: String,
     pub(super) pre: InstancePre<HostState>,
-    pub(super) plugin: plugin::GuestIndices,
-    pub(super) driver_name: Option<driver_name::GuestIndices>,
-    pub(super) versions: Option<versions::GuestIndices>,
-    pub(super) failure: Option<failure::GuestIndices>,
-    pub(super) endpoint: Option<endpoint::GuestIndices>,
+    pub(super) guest: GuestHooks,
     /// The hooks that run: exported, and allowed by the TOML filter.
     pub(super) hooks: BTreeSet<Hook>,
     /// Every hook the component exports.
@@ -44,7 +70,13 @@ pub struct WasmPlugin {
 }
 
 impl WasmPlugin {
-    pub fn exported_hooks(&self) -> &BTreeSet<Hook> {
+    /// The compiled component.
+    pub(crate) fn component(&self) -> &wasmtime::component::Component {
+        self.pre.component()
+    }
+
+    /// Every hook the component exports.
+    pub(crate) fn exported_hooks(&self) -> &BTreeSet<Hook> {
         &self.exported
     }
 
@@ -94,9 +126,9 @@ impl WasmPlugin {
     }
 
     /// The plugin's own name and version.
-    pub fn info(&self) -> Result<(String, String), CallError> {
+    pub(crate) fn info(&self) -> Result<(String, String), CallError> {
         self.call("info", async |store, instance| {
-            let guest = self.plugin.load(&mut *store, instance)?;
+            let guest = self.guest.plugin.load(&mut *store, instance)?;
             let info = guest.call_info(&mut *store).await?;
             Ok((
                 bounded(info.name, MAX_INFO),
@@ -106,9 +138,9 @@ impl WasmPlugin {
     }
 
     /// Asks the plugin to check its settings.
-    pub fn validate_settings(&self) -> Result<(), String> {
+    pub(crate) fn validate_settings(&self) -> Result<(), String> {
         self.call("validate-settings", async |store, instance| {
-            let guest = self.plugin.load(&mut *store, instance)?;
+            let guest = self.guest.plugin.load(&mut *store, instance)?;
             guest
                 .call_validate_settings(&mut *store, &self.settings_json)
                 .await
@@ -150,6 +182,7 @@ impl PluginHooks for WasmPlugin {
         current: &str,
     ) -> Result<Option<String>, CallError> {
         let idx = self
+            .guest
             .driver_name
             .as_ref()
             .ok_or_else(|| missing(Hook::DriverName))?;
@@ -172,6 +205,7 @@ impl PluginHooks for WasmPlugin {
         current: &[String],
     ) -> Result<Vec<String>, CallError> {
         let idx = self
+            .guest
             .versions
             .as_ref()
             .ok_or_else(|| missing(Hook::Versions))?;
@@ -186,6 +220,7 @@ impl PluginHooks for WasmPlugin {
 
     fn map_endpoint(&self, ctx: &Context, current: &str) -> Result<Option<String>, CallError> {
         let idx = self
+            .guest
             .endpoint
             .as_ref()
             .ok_or_else(|| missing(Hook::Endpoint))?;
@@ -202,6 +237,7 @@ impl PluginHooks for WasmPlugin {
 
     fn on_failure(&self, ctx: &Context, f: &Failure) -> Result<Option<FailureAction>, CallError> {
         let idx = self
+            .guest
             .failure
             .as_ref()
             .ok_or_else(|| missing(Hook::Failure))?;

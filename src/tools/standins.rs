@@ -23,14 +23,17 @@ use crate::proto::csi::{
 use crate::proto::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, registration_client::RegistrationClient,
 };
-use crate::registration::service::CSI_PLUGIN_TYPE;
+use crate::registration::CSI_PLUGIN_TYPE;
 use crate::validate::{KubeletVersion, highest_supported_version};
 
 /// How the stand-in driver answers.
 #[derive(Debug, Clone)]
 pub struct DriverSpec {
+    /// What GetPluginInfo answers as the name.
     pub name: String,
+    /// What GetPluginInfo answers as the vendor version.
     pub vendor_version: String,
+    /// What NodeGetInfo answers.
     pub node_id: String,
     /// Answer `GetPluginInfo` with this error instead.
     pub info_error: Option<(tonic::Code, String)>,
@@ -44,6 +47,7 @@ pub struct DriverSpec {
 }
 
 impl DriverSpec {
+    /// A driver that answers with `name`.
     pub fn named(name: &str) -> Self {
         DriverSpec {
             name: name.to_owned(),
@@ -60,8 +64,11 @@ impl DriverSpec {
 /// A call the stand-in driver received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DriverCall {
+    /// `Identity/GetPluginInfo`.
     GetPluginInfo,
+    /// `Identity/Probe`.
     Probe,
+    /// `Node/NodeGetInfo`.
     NodeGetInfo,
 }
 
@@ -131,6 +138,7 @@ impl Node for DriverService {
 
 /// A running CSI driver on a unix socket. Stops (and removes its socket) on drop.
 pub struct FakeDriver {
+    /// Its socket.
     pub path: PathBuf,
     /// Every call received, in order.
     pub calls: mpsc::UnboundedReceiver<DriverCall>,
@@ -139,6 +147,7 @@ pub struct FakeDriver {
 }
 
 impl FakeDriver {
+    /// Serves `spec` on a new socket at `path`.
     pub async fn start(path: &Path, spec: DriverSpec) -> std::io::Result<Self> {
         let _ = std::fs::remove_file(path);
         let listener = tokio::net::UnixListener::bind(path)?;
@@ -178,6 +187,7 @@ impl FakeDriver {
             .flatten()
     }
 
+    /// Stops serving and removes the socket.
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -195,11 +205,11 @@ impl Drop for FakeDriver {
 }
 
 /// The kubelet's dial timeout for a registration socket.
-pub const KUBELET_DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const KUBELET_DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The kubelet's GetInfo timeout.
-pub const KUBELET_GET_INFO_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const KUBELET_GET_INFO_TIMEOUT: Duration = Duration::from_secs(1);
 /// The kubelet's NotifyRegistrationStatus timeout.
-pub const KUBELET_NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const KUBELET_NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One registration attempt as the kubelet saw it.
 #[derive(Debug, Clone)]
@@ -227,10 +237,12 @@ pub struct KubeletBehaviour {
 pub struct FakeKubelet {
     /// Driver name to highest registered version, like `csiDrivers`.
     drivers: Mutex<HashMap<String, KubeletVersion>>,
+    /// How it answers.
     pub behaviour: KubeletBehaviour,
 }
 
 impl FakeKubelet {
+    /// A kubelet that behaves as `behaviour` says.
     pub fn new(behaviour: KubeletBehaviour) -> Self {
         FakeKubelet {
             drivers: Mutex::default(),

@@ -25,67 +25,21 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::hook::Hook;
+use super::read::{MAX_POLICY_FILE, read_regular_file};
+
 /// Deadline of one plugin call unless the file says otherwise.
-pub const DEFAULT_TIMEOUT_MS: u64 = 100;
+pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 100;
 /// The kubelet waits about 1 s for GetInfo; no plugin call may take that long.
 pub const MAX_TIMEOUT_MS: u64 = 999;
 /// Memory cap of one plugin instance unless the file says otherwise.
-pub const DEFAULT_MEMORY_LIMIT_MIB: u64 = 32;
+pub(crate) const DEFAULT_MEMORY_LIMIT_MIB: u64 = 32;
+/// The most `memory_limit_mib` may be.
 pub const MAX_MEMORY_LIMIT_MIB: u64 = 4096;
-/// How often the deadline clock ticks.
-pub const DEFAULT_EPOCH_TICK_MS: u64 = 10;
 /// Bounds a plugin's retry delay is clamped to.
 pub const DEFAULT_MIN_RETRY_MS: u64 = 500;
+/// The longest retry delay unless the file says otherwise.
 pub const DEFAULT_MAX_RETRY_MS: u64 = 300_000;
-
-/// The four decisions a plugin can take part in.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Hook {
-    DriverName,
-    Versions,
-    Failure,
-    Endpoint,
-}
-
-impl Hook {
-    pub const ALL: [Hook; 4] = [
-        Hook::DriverName,
-        Hook::Versions,
-        Hook::Failure,
-        Hook::Endpoint,
-    ];
-
-    /// The name used in the TOML file, in logs and metrics, and in the WIT interface.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Hook::DriverName => "driver-name",
-            Hook::Versions => "versions",
-            Hook::Failure => "failure",
-            Hook::Endpoint => "endpoint",
-        }
-    }
-}
-
-impl std::fmt::Display for Hook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Hook {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Hook::ALL
-            .into_iter()
-            .find(|h| h.as_str() == s)
-            .ok_or_else(|| {
-                format!("unknown hook {s:?} (expected driver-name, versions, failure or endpoint)")
-            })
-    }
-}
 
 /// What a plugin error (trap, timeout, invalid output, `policy-error`) does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -104,6 +58,7 @@ pub enum OnError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
+    /// Apply the plugin's decisions.
     #[default]
     Enforce,
     /// Run the plugin and log its decision, but do not apply it.
@@ -127,8 +82,9 @@ struct RawPolicy {
     /// A file holding the secret that binds cache entries to their pins; it
     /// must live outside the cache directory. Absent: the cache is not used.
     cache_key_file: Option<PathBuf>,
-    /// Accepted for older policy files; deadlines are now armed per call.
-    epoch_tick_ms: Option<Spanned<u64>>,
+    /// Retired: deadlines are armed per call. An old file that sets it is
+    /// warned about, not refused.
+    epoch_tick_ms: Option<Spanned<toml::Value>>,
     min_retry_ms: Option<Spanned<u64>>,
     max_retry_ms: Option<Spanned<u64>>,
     #[serde(default)]
@@ -165,20 +121,25 @@ struct RawPlugin {
 
 /// A parsed and checked policy file.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PolicyConfig {
+pub struct PolicyFile {
     /// The file it was read from, for messages.
     pub source: PathBuf,
+    /// Where compiled plugins are cached (`None`: compile at every start).
     pub cache_dir: Option<PathBuf>,
+    /// The key that binds cache entries to their pins.
     pub cache_key_file: Option<PathBuf>,
-    pub epoch_tick: Duration,
+    /// The shortest retry delay a plugin may ask for.
     pub min_retry: Duration,
+    /// The longest retry delay a plugin may ask for.
     pub max_retry: Duration,
+    /// The plugins, in the order they run.
     pub plugins: Vec<PluginConfig>,
 }
 
 /// One `[[plugin]]` entry with the defaults applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginConfig {
+    /// The plugin's name in logs, metrics and errors.
     pub id: String,
     /// Absolute, or relative to the policy file's directory.
     pub path: PathBuf,
@@ -186,9 +147,13 @@ pub struct PluginConfig {
     pub sha256: Option<[u8; 32]>,
     /// `None`: every hook the component exports.
     pub hooks: Option<BTreeSet<Hook>>,
+    /// The deadline of one call (`timeout_ms`).
     pub timeout: Duration,
+    /// The memory cap of one instance (`memory_limit_mib`).
     pub memory_limit_bytes: u64,
+    /// What its errors do.
     pub on_error: OnError,
+    /// Whether its decisions are applied.
     pub mode: Mode,
     /// The `settings` table as JSON, handed to the plugin.
     pub settings_json: String,
@@ -196,34 +161,44 @@ pub struct PluginConfig {
     pub declared_at: Option<(PathBuf, usize)>,
 }
 
-/// A policy file that cannot be used; the text names the file, line and key.
+/// A policy file that cannot be used: the file, the line and the key, as data
+/// and in the text.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum PolicyFileError {
+    /// The file cannot be read, or is not a regular UTF-8 file of at most 1 MiB.
     #[error("cannot read policy file {path}: {source}")]
     Read {
+        /// The policy file.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
-    #[error("policy file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("policy file {path}, line {line}: {message}")]
+    /// A key or value is wrong.
+    #[error("policy file {path}, line {line}{}: {message}", key.as_ref().map(|k| format!(", key {k}")).unwrap_or_default())]
     Invalid {
+        /// The policy file.
         path: PathBuf,
+        /// 1-based.
         line: usize,
+        /// The key, dotted from the top (`policy.defaults.timeout_ms`,
+        /// `plugin.sha256`), where one is to blame.
+        key: Option<String>,
+        /// What is wrong, and how to fix it.
         message: String,
     },
 }
 
-impl PolicyConfig {
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let bytes = super::read_regular_file(path, super::MAX_POLICY_FILE).map_err(|source| {
-            ConfigError::Read {
+impl PolicyFile {
+    /// Reads and checks the policy file at `path`.
+    pub fn from_file(path: &Path) -> Result<Self, PolicyFileError> {
+        let bytes = read_regular_file(path, MAX_POLICY_FILE).map_err(|source| {
+            PolicyFileError::Read {
                 path: path.to_owned(),
                 source,
             }
         })?;
-        let text = String::from_utf8(bytes).map_err(|e| ConfigError::Read {
+        let text = String::from_utf8(bytes).map_err(|e| PolicyFileError::Read {
             path: path.to_owned(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
         })?;
@@ -231,74 +206,89 @@ impl PolicyConfig {
     }
 
     /// Parses `text`; `path` names the file in messages and anchors relative plugin paths.
-    pub fn from_toml_str(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let raw: RawFile = toml::from_str(text).map_err(|e| {
-            // One line: the file, the line and the cause (the parser's own
-            // text quotes the whole line, which may be huge).
+    pub fn from_toml_str(text: &str, path: &Path) -> Result<Self, PolicyFileError> {
+        let raw: RawFile = parse(text).map_err(|(key, e)| {
+            // One line: the file, the line, the key and the cause (the
+            // parser's own text quotes the whole line, which may be huge).
             let message = e.message().trim_end();
-            let (line, message) = match e.span() {
+            let (line, key, message) = match e.span() {
                 _ if message.contains("recurs") => {
                     let (line, depth) = deepest_line(text);
                     (
                         line,
+                        None,
                         format!("{message}: keys or values nested {depth} levels deep; flatten this line"),
                     )
                 }
-                Some(span) => (line_of(text, span.start), message.replace('\n', " ")),
-                None => (1, message.replace('\n', " ")),
+                Some(span) => {
+                    let line = line_of(text, span.start);
+                    let key = key.or_else(|| key_on_line(text, line));
+                    (line, key, message.replace('\n', " "))
+                }
+                None => (1, key, message.replace('\n', " ")),
             };
-            ConfigError::Invalid {
+            PolicyFileError::Invalid {
                 path: path.to_owned(),
                 line,
+                key,
                 message,
             }
         })?;
-        let invalid = |span: std::ops::Range<usize>, message: String| ConfigError::Invalid {
-            path: path.to_owned(),
-            line: line_of(text, span.start),
-            message,
+        let invalid = |span: std::ops::Range<usize>, key: &str, message: String| {
+            PolicyFileError::Invalid {
+                path: path.to_owned(),
+                line: line_of(text, span.start),
+                key: Some(key.to_owned()),
+                message,
+            }
         };
+        // `key` is dotted from the top; the message names its last part.
         let ranged = |v: &Option<Spanned<u64>>, key: &str, default: u64, lo: u64, hi: u64| match v {
             None => Ok(default),
             Some(s) if (lo..=hi).contains(s.get_ref()) => Ok(*s.get_ref()),
             Some(s) => Err(invalid(
                 s.span(),
-                format!("{key} = {} is out of range: use {lo} to {hi}", s.get_ref()),
+                key,
+                format!(
+                    "{} = {} is out of range: use {lo} to {hi}",
+                    key.rsplit('.').next().unwrap_or(key),
+                    s.get_ref()
+                ),
             )),
         };
 
         let d = &raw.policy.defaults;
         let default_timeout = ranged(
             &d.timeout_ms,
-            "timeout_ms",
+            "policy.defaults.timeout_ms",
             DEFAULT_TIMEOUT_MS,
             1,
             MAX_TIMEOUT_MS,
         )?;
         let default_memory = ranged(
             &d.memory_limit_mib,
-            "memory_limit_mib",
+            "policy.defaults.memory_limit_mib",
             DEFAULT_MEMORY_LIMIT_MIB,
             1,
             MAX_MEMORY_LIMIT_MIB,
         )?;
-        let epoch_tick = ranged(
-            &raw.policy.epoch_tick_ms,
-            "epoch_tick_ms",
-            DEFAULT_EPOCH_TICK_MS,
-            1,
-            100,
-        )?;
+        if let Some(retired) = &raw.policy.epoch_tick_ms {
+            tracing::warn!(
+                file = %path.display(),
+                line = line_of(text, retired.span().start),
+                "policy.epoch_tick_ms is no longer used (each plugin call arms its own deadline); remove it"
+            );
+        }
         let min_retry = ranged(
             &raw.policy.min_retry_ms,
-            "min_retry_ms",
+            "policy.min_retry_ms",
             DEFAULT_MIN_RETRY_MS,
             1,
             3_600_000,
         )?;
         let max_retry = ranged(
             &raw.policy.max_retry_ms,
-            "max_retry_ms",
+            "policy.max_retry_ms",
             DEFAULT_MAX_RETRY_MS,
             1,
             3_600_000,
@@ -312,6 +302,7 @@ impl PolicyConfig {
                 .unwrap_or(0..0);
             return Err(invalid(
                 span,
+                "policy.min_retry_ms",
                 format!("min_retry_ms ({min_retry}) is greater than max_retry_ms ({max_retry})"),
             ));
         }
@@ -327,6 +318,7 @@ impl PolicyConfig {
             {
                 return Err(invalid(
                     p.id.span(),
+                    "plugin.id",
                     format!(
                         "plugin id {id:?} must be non-empty and use only letters, digits, '-', '_' and '.'"
                     ),
@@ -335,18 +327,20 @@ impl PolicyConfig {
             if plugins.iter().any(|q| &q.id == id) {
                 return Err(invalid(
                     p.id.span(),
-                    format!("plugin id {id:?} is used twice"),
+                    "plugin.id",
+                    format!("plugin id {id:?} is used twice: give each [[plugin]] its own id"),
                 ));
             }
             let sha256 = match (&p.sha256, p.allow_unpinned) {
                 (Some(s), _) => Some(
                     parse_sha256(s.get_ref())
-                        .map_err(|m| invalid(s.span(), format!("plugin {id:?}: sha256 {m}")))?,
+                        .map_err(|m| invalid(s.span(), "plugin.sha256", format!("plugin {id:?}: sha256 {m}")))?,
                 ),
                 (None, true) => None,
                 (None, false) => {
                     return Err(invalid(
                         p.id.span(),
+                        "plugin.sha256",
                         format!(
                             "plugin {id:?} has no sha256 pin: add sha256 = \"<hex digest>\" (sha256sum {}) or set allow_unpinned = true",
                             p.path.get_ref().display()
@@ -357,6 +351,7 @@ impl PolicyConfig {
             let settings_json = serde_json::to_string(&p.settings).map_err(|e| {
                 invalid(
                     p.id.span(),
+                    "plugin.settings",
                     format!("plugin {id:?}: settings cannot be encoded as JSON: {e}"),
                 )
             })?;
@@ -368,14 +363,14 @@ impl PolicyConfig {
                 hooks: p.hooks.map(|h| h.into_iter().collect()),
                 timeout: Duration::from_millis(ranged(
                     &p.timeout_ms,
-                    "timeout_ms",
+                    "plugin.timeout_ms",
                     default_timeout,
                     1,
                     MAX_TIMEOUT_MS,
                 )?),
                 memory_limit_bytes: ranged(
                     &p.memory_limit_mib,
-                    "memory_limit_mib",
+                    "plugin.memory_limit_mib",
                     default_memory,
                     1,
                     MAX_MEMORY_LIMIT_MIB,
@@ -386,16 +381,43 @@ impl PolicyConfig {
             });
         }
 
-        Ok(PolicyConfig {
+        Ok(PolicyFile {
             source: path.to_owned(),
             cache_dir: raw.policy.cache_dir.map(|c| base.join(c)),
             cache_key_file: raw.policy.cache_key_file.map(|c| base.join(c)),
-            epoch_tick: Duration::from_millis(epoch_tick),
             min_retry: Duration::from_millis(min_retry),
             max_retry: Duration::from_millis(max_retry),
             plugins,
         })
     }
+}
+
+/// Deserializes the file, keeping the dotted key of a value serde refused
+/// (array indices left out: the line tells which entry).
+fn parse(text: &str) -> Result<RawFile, (Option<String>, toml::de::Error)> {
+    let de = toml::Deserializer::parse(text).map_err(|e| (None, e))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e
+            .path()
+            .iter()
+            .filter_map(|seg| match seg {
+                serde_path_to_error::Segment::Map { key } => Some(key.as_str()),
+                serde_path_to_error::Segment::Enum { variant } => Some(variant.as_str()),
+                _ => None,
+            })
+            .filter(|k| !k.starts_with("$__"))
+            .collect::<Vec<_>>()
+            .join(".");
+        ((!key.is_empty()).then_some(key), e.into_inner())
+    })
+}
+
+/// The key a `key = value` line sets, for errors the parser finds before
+/// serde sees a key (a duplicate key, a bad value).
+fn key_on_line(text: &str, line: usize) -> Option<String> {
+    let (key, _) = text.lines().nth(line - 1)?.split_once('=')?;
+    let key = key.trim();
+    (!key.is_empty() && !key.starts_with('[')).then(|| key.to_owned())
 }
 
 /// The line with the most nesting (dots, brackets and braces), and how much.
@@ -434,8 +456,8 @@ mod tests {
 
     const PIN: &str = "9c1f0000000000000000000000000000000000000000000000000000000000ff";
 
-    fn parse(text: &str) -> Result<PolicyConfig, ConfigError> {
-        PolicyConfig::from_toml_str(text, Path::new("/etc/registrar/policy.toml"))
+    fn parse(text: &str) -> Result<PolicyFile, PolicyFileError> {
+        PolicyFile::from_toml_str(text, Path::new("/etc/registrar/policy.toml"))
     }
 
     #[test]
@@ -566,6 +588,5 @@ on_error = "fail"
     fn empty_file_is_no_plugins() {
         let cfg = parse("").unwrap();
         assert!(cfg.plugins.is_empty());
-        assert_eq!(cfg.epoch_tick, Duration::from_millis(DEFAULT_EPOCH_TICK_MS));
     }
 }

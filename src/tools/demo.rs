@@ -2,17 +2,18 @@
 //! kubelet stand-in over real unix sockets in a temporary directory, narrated
 //! on stdout.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::standins::{DriverCall, DriverSpec, FakeDriver, FakeKubelet};
 use crate::app;
 use crate::config::Config;
-use crate::health::Status;
+use crate::error::AppError;
 use crate::metrics::Metrics;
-use crate::standins::{DriverCall, DriverSpec, FakeDriver, FakeKubelet, wait_until};
+use crate::state::{Phase, State};
 
 /// The driver name the stand-in reports.
 pub(crate) const DEMO_DRIVER: &str = "hostpath.csi.k8s.io";
@@ -51,30 +52,37 @@ pub(crate) async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
         policy_config: policy,
     };
     let (stop, stopped) = oneshot::channel::<()>();
-    let status = Arc::new(Status::default());
-    let metrics = Arc::new(Metrics::new());
+    let state = Arc::new(State::new(Arc::new(Metrics::new())));
+    let mut reader = state.reader();
     let mut registrar = tokio::spawn(app::run_with(
         config,
         async {
             let _ = stopped.await;
         },
         tokio_stream::pending(),
-        metrics.clone(),
-        status.clone(),
+        state,
+        None,
     ));
-    let ended_early = |ended: Result<u8, app::AppError>| match ended {
+    let ended_early = |ended: Result<u8, AppError>| match ended {
         Err(e) => anyhow::anyhow!("the registrar stopped: {e}"),
         Ok(code) => anyhow::anyhow!("the registrar exited with {code} before creating its socket"),
     };
     // A registrar that stops at start-up (a plugin refusing, say) is reported
     // as soon as it stops, not when the wait for its socket runs out.
-    let socket = tokio::select! {
-        found = wait_for_socket(&registry, Duration::from_secs(30)) => found,
-        ended = &mut registrar => return Err(ended_early(ended?)),
-    };
-    let Some(socket) = socket else {
-        let _ = stop.send(());
-        return Err(ended_early(registrar.await?));
+    let serving = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::select! {
+            snapshot = reader.wait_for(|s| s.serving) => Ok(snapshot.ok().and_then(|s| s.published.clone())),
+            ended = &mut registrar => Err(ended),
+        }
+    })
+    .await;
+    let socket = match serving {
+        Ok(Ok(Some(published))) => published.socket,
+        Ok(Err(ended)) => return Err(ended_early(ended?)),
+        Ok(Ok(None)) | Err(_) => {
+            let _ = stop.send(());
+            return Err(ended_early(registrar.await?));
+        }
     };
     if driver.next_call(Duration::from_secs(1)).await == Some(DriverCall::GetPluginInfo) {
         println!("[driver]    <- GetPluginInfo from the registrar");
@@ -113,13 +121,15 @@ pub(crate) async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
             Err(e) => e.clone(),
         }
     );
-    let registered = wait_until(Duration::from_secs(2), || {
-        status.phase() == crate::health::Phase::Registered
-    })
-    .await;
+    let registered = tokio::time::timeout(
+        Duration::from_secs(2),
+        reader.wait_for(|s| s.phase() == Phase::Registered),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
     println!(
         "[registrar] state: {:?}; kubelet registered {:?}: {}",
-        status.phase(),
+        reader.borrow().phase(),
         i.name,
         kubelet.is_registered(&i.name)
     );
@@ -133,19 +143,4 @@ pub(crate) async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
     driver.stop().await;
     anyhow::ensure!(registered && code == 0, "the registration did not complete");
     Ok(())
-}
-
-async fn wait_for_socket(dir: &Path, timeout: Duration) -> Option<PathBuf> {
-    let mut found = None;
-    wait_until(timeout, || {
-        found = std::fs::read_dir(dir).ok().and_then(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .find(|p| p.to_string_lossy().ends_with("-reg.sock"))
-        });
-        found.is_some()
-    })
-    .await;
-    found
 }

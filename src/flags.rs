@@ -127,7 +127,7 @@ pub struct Flags {
 }
 
 /// The mode value that turns the binary into an exec probe.
-pub const MODE_REGISTRATION_PROBE: &str = "kubelet-registration-probe";
+pub(crate) const MODE_REGISTRATION_PROBE: &str = "kubelet-registration-probe";
 
 impl Flags {
     /// component-base's `LoggingConfiguration` validation, with its texts
@@ -168,7 +168,7 @@ impl Flags {
 /// Turns Go's single-dash long flags into clap's double-dash ones: `-csi-address=x`
 /// becomes `--csi-address=x`, `-v` becomes `--v`. Everything after a bare `--`, or
 /// after the first argument that is not a flag, is left as it is.
-pub fn normalize_go_args(args: impl Iterator<Item = String>) -> Vec<String> {
+pub(crate) fn normalize_go_args(args: impl Iterator<Item = String>) -> Vec<String> {
     let mut out = Vec::new();
     let mut flags_done = false;
     let mut expect_value = false;
@@ -281,7 +281,7 @@ fn parse_go_bool(s: &str) -> Result<bool, String> {
 }
 
 /// Go's `time.ParseDuration` ("300ms", "1.5h", "2h45m"); negative durations are refused.
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_go_duration(s: &str) -> Result<Duration, String> {
     let nanos = go_parse_duration::parse_duration(s).map_err(|_| {
         format!("invalid duration {s:?} (Go syntax: a number and a unit ns, us, ms, s, m or h, e.g. 500ms or 1m30s)")
     })?;

@@ -1,0 +1,229 @@
+//! The engine, the linker and the timers shared by every plugin, and loading
+//! a plugin: read, pin check, compile or cache, link, checks, settings.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::{Component, HasSelf, Linker};
+
+use super::bindings::{self, WIT_PACKAGE, WIT_VERSION};
+use super::plugin::{GuestHooks, WasmPlugin};
+use super::sandbox::HostState;
+use super::component::{self, exported_hooks};
+use super::{cache, compiler};
+use crate::metrics::Metrics;
+use crate::policy::chain::{CallError, Chain, PluginHooks};
+use crate::policy::file::{Mode, PluginConfig, PolicyFile};
+use crate::policy::hook::Hook;
+use crate::policy::load::PluginLoadError;
+
+/// The engine, the linker and the deadline timers shared by every plugin.
+pub struct Host {
+    pub(super) engine: Engine,
+    linker: Linker<HostState>,
+    /// Drives the per-call deadline timers and the WASI clocks. Its one thread
+    /// sleeps without a timeout while no call is in flight.
+    pub(super) timers: Timers,
+}
+
+/// A runtime that may be dropped anywhere: the last plugin of a policy can be
+/// dropped on the registrar's own runtime (a reload, the exit), where a
+/// blocking drop is not allowed. Nothing it runs needs waiting for.
+pub(crate) struct Timers(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for Timers {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Timers {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Host {
+    /// The engine and the linker, with the timers' thread.
+    pub fn new() -> wasmtime::Result<Arc<Self>> {
+        let engine = compiler::new_engine()?;
+        let mut linker = Linker::<HostState>::new(&engine);
+        bindings::csi_registrar::policy::host_log::add_to_linker::<_, HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        let timers = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .thread_name("wasm-timers")
+            .enable_time()
+            .build()
+            .map(|rt| Timers(Some(rt)))?;
+        Ok(Arc::new(Host {
+            engine,
+            linker,
+            timers,
+        }))
+    }
+
+    /// The engine plugins are compiled for.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Reads, verifies, compiles (or loads from the cache), links and checks one
+    /// plugin, then has it validate its settings.
+    pub fn load(
+        self: &Arc<Self>,
+        cfg: &PluginConfig,
+        cache: Option<(&Path, &cache::CacheKey)>,
+    ) -> Result<WasmPlugin, PluginLoadError> {
+        let (plugin, _) = self.prepare(cfg, cache)?;
+        let info = plugin.info().map_err(|e| match e {
+            CallError::Memory { limit_mib, wanted_mib } => cfg.error(format!(
+                "memory_limit_mib = {limit_mib} is too small for this plugin: starting an instance asked for at least {wanted_mib} MiB (its memories and tables together); raise memory_limit_mib"
+            )),
+            e => cfg.error(format!("info() failed: {e}")),
+        })?;
+        plugin.validate_settings().map_err(|m| cfg.error(m))?;
+        tracing::info!(
+            plugin = %cfg.id, name = %info.0, version = %info.1,
+            hooks = %component::describe_hooks(&plugin.hooks),
+            "Policy plugin loaded"
+        );
+        Ok(plugin)
+    }
+
+    /// Everything [`Host::load`] does except calling the plugin; also returns
+    /// the component's bytes.
+    pub(crate) fn prepare(
+        self: &Arc<Self>,
+        cfg: &PluginConfig,
+        cache: Option<(&Path, &cache::CacheKey)>,
+    ) -> Result<(WasmPlugin, Vec<u8>), PluginLoadError> {
+        let fail = |message: String| cfg.error(message);
+        let wasm = component::read_component(&cfg.path).map_err(&fail)?;
+        let digest: [u8; 32] = Sha256::digest(&wasm).into();
+        if let Some(pin) = cfg.sha256
+            && pin != digest
+        {
+            return Err(fail(format!(
+                "sha256 is {}, but the policy file pins {}: ship the pinned file or update the pin",
+                hex::encode(digest),
+                hex::encode(pin)
+            )));
+        }
+        let component = self.compile(&wasm, &digest, cache).map_err(fail)?;
+        let hooks = exported_hooks(&self.engine, &component).map_err(fail)?;
+        let selected: BTreeSet<Hook> = match &cfg.hooks {
+            None => hooks.clone(),
+            Some(wanted) => {
+                if let Some(missing) = wanted.iter().find(|h| !hooks.contains(h)) {
+                    return Err(fail(format!(
+                        "hooks lists \"{missing}\" but the component does not export {WIT_PACKAGE}/{missing}@{WIT_VERSION}; it exports {}",
+                        component::describe_hooks(&hooks)
+                    )));
+                }
+                wanted.clone()
+            }
+        };
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| fail(component::link_error(&e)))?;
+        let index = |e: wasmtime::Error| fail(format!("{e:#}"));
+        let plugin = WasmPlugin {
+            host: self.clone(),
+            id: Arc::from(cfg.id.as_str()),
+            mode: cfg.mode,
+            on_error: cfg.on_error,
+            timeout: cfg.timeout,
+            memory_limit: cfg.memory_limit_bytes,
+            settings_json: cfg.settings_json.clone(),
+            guest: GuestHooks::new(&pre, &hooks).map_err(index)?,
+            pre,
+            hooks: selected,
+            exported: hooks,
+        };
+        Ok((plugin, wasm))
+    }
+
+    fn compile(
+        &self,
+        wasm: &[u8],
+        digest: &[u8; 32],
+        cache: Option<(&Path, &cache::CacheKey)>,
+    ) -> Result<Component, String> {
+        component::check_is_component(wasm)?;
+        let started = std::time::Instant::now();
+        let (component, outcome) = match cache {
+            Some((dir, key)) => cache::load_or_compile(&self.engine, dir, key, wasm, digest),
+            None => {
+                compiler::compile(&self.engine, wasm).map(|c| (c, cache::CacheOutcome::Bypassed))
+            }
+        }
+        .map_err(|e| format!("not a valid WebAssembly component: {e:#}"))?;
+        tracing::debug!(took = ?started.elapsed(), cache = ?outcome, "Plugin compiled");
+        Ok(component)
+    }
+}
+
+impl PluginConfig {
+    pub(crate) fn error(&self, message: String) -> PluginLoadError {
+        PluginLoadError {
+            id: self.id.clone(),
+            path: self.path.clone(),
+            declared_at: self.declared_at.clone(),
+            message,
+        }
+    }
+}
+
+/// The cache a policy file asks for, if its key can be read.
+fn cache_of(cfg: &PolicyFile) -> Option<(&Path, cache::CacheKey)> {
+    let dir = cfg.cache_dir.as_deref()?;
+    let Some(key_file) = &cfg.cache_key_file else {
+        tracing::warn!(cache_dir = %dir.display(), "Plugin cache not used: policy.cache_key_file is not set, and without a key a swapped entry could run code other than the pinned component; create one with `csi-node-driver-registrar plugin cache-key > FILE` outside the cache directory and name it in policy.cache_key_file");
+        return None;
+    };
+    match cache::CacheKey::read(key_file, dir) {
+        Ok(key) => Some((dir, key)),
+        Err(why) => {
+            tracing::warn!(cache_dir = %dir.display(), "Plugin cache not used: {why}");
+            None
+        }
+    }
+}
+
+/// Loads every plugin of a policy file into a chain. No engine exists unless
+/// this is called, so users of the built-in policy pay nothing for wasm.
+pub fn load_chain(cfg: &PolicyFile, metrics: Arc<Metrics>) -> Result<Chain, PluginLoadError> {
+    let host = Host::new().map_err(|e| PluginLoadError {
+        id: String::new(),
+        path: cfg.source.clone(),
+        declared_at: None,
+        message: format!("cannot start the WebAssembly engine: {e:#}"),
+    })?;
+    let cache = cache_of(cfg);
+    let mut plugins: Vec<Box<dyn PluginHooks>> = Vec::new();
+    for p in &cfg.plugins {
+        match host.load(p, cache.as_ref().map(|(d, k)| (*d, k))) {
+            Ok(loaded) => plugins.push(Box::new(loaded)),
+            // A plugin in monitor mode never changes the outcome: not even
+            // whether the registrar starts.
+            Err(e) if p.mode == Mode::Monitor => {
+                metrics.plugin_call(&p.id, "load", "error", std::time::Duration::ZERO);
+                tracing::warn!(plugin = %p.id, error = %e, "Plugin in monitor mode cannot be loaded; going on without it");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Chain::new(plugins, cfg.min_retry, cfg.max_retry, metrics))
+}

@@ -1,0 +1,279 @@
+//! The running registrar: the loop's state, and one method per kind of event.
+//!
+//! The loop in `app` selects on the events; every handler returns at once, so
+//! every event is heard while another waits. A retry back-off in particular is
+//! a deadline the loop selects on ([`Registrar::retry_due`]), not a sleep.
+//!
+//! # A back-off, and what ends it early
+//!
+//! A failure policy that answers `retry(delay)` to a refusal closes the
+//! registration socket (the kubelet deregisters the plugin) and sets a
+//! deadline `delay` away; at the deadline the socket is created again and the
+//! kubelet registers anew. Meanwhile:
+//!
+//! - a policy reload (SIGHUP) or a driver change that changes what is
+//!   advertised ends the back-off at once: the refusal was about the old
+//!   registration, so the new one is offered to the kubelet now;
+//! - a reload or a driver change that leaves the registration as it was
+//!   leaves the back-off running: the refusal still stands;
+//! - the refusal count the failure policy sees (`attempt`) runs on until the
+//!   kubelet accepts a registration, so a policy that backs off harder on
+//!   each attempt keeps doing so across these events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::csi::{self, CsiError, Driver, DriverWatch, PluginInfo, Refreshed};
+use crate::error::AppError;
+use crate::policy::{self, Context, Failure, FailureAction, Policy, Registration};
+use crate::registration::{Listened, Slot, Verdict};
+use crate::state::State;
+use crate::validate;
+
+/// The loop's state.
+pub(crate) struct Registrar {
+    pub(crate) config: Config,
+    pub(crate) state: Arc<State>,
+    pub(crate) policy: Arc<dyn Policy>,
+    pub(crate) ctx: Context,
+    /// The CSI driver.
+    pub(crate) driver: Driver,
+    /// When to look at the driver again (`None`: never, `--driver-probe-interval=0`).
+    pub(crate) watch: Option<DriverWatch>,
+    pub(crate) slot: Slot,
+    /// Consecutive refusals: how many, and since when.
+    pub(crate) streak: Option<(u32, Instant)>,
+    /// When the socket closed for a retry is created again.
+    pub(crate) retry_at: Option<Instant>,
+}
+
+impl Registrar {
+    /// The registration being advertised (set by the first [`Registrar::listen`]).
+    fn current(&self) -> Registration {
+        self.state
+            .get()
+            .published
+            .expect("published at start-up")
+            .registration
+    }
+
+    /// Serves `registration` (ending any back-off) and records the outcome.
+    pub(crate) fn listen(
+        &mut self,
+        registration: &Registration,
+        reason: &str,
+    ) -> Result<(), AppError> {
+        self.retry_at = None;
+        match self.slot.listen(&registration.name, reason)? {
+            Listened::Serving(socket) => self.state.serving(registration, socket, reason),
+            Listened::StandingBy(socket) => self.state.standing_by(registration, socket),
+        }
+        Ok(())
+    }
+
+    /// Resolves when a retry back-off ends; never while none runs. Cancel-safe.
+    pub(crate) async fn retry_due(at: Option<Instant>) {
+        match at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The back-off ended: offer the registration to the kubelet again.
+    pub(crate) fn on_retry_due(&mut self) -> Result<(), AppError> {
+        let current = self.current();
+        self.listen(&current, "retry")
+    }
+
+    /// The kubelet's verdict. `Some(code)`: the policy decided to exit.
+    pub(crate) async fn on_verdict(&mut self, verdict: Verdict) -> Result<Option<u8>, AppError> {
+        let Verdict { registered, error } = verdict;
+        self.state.verdict(registered, &error);
+        if registered {
+            self.streak = None;
+            return Ok(None);
+        }
+        let (attempt, since) = self.streak.map_or((1, Instant::now()), |(n, t)| (n + 1, t));
+        self.streak = Some((attempt, since));
+        let failure = Failure {
+            error,
+            attempt,
+            elapsed: since.elapsed(),
+        };
+        let (policy, ctx) = (self.policy.clone(), self.ctx.clone());
+        let action = blocking("the failure policy", move || {
+            policy.on_failure(&ctx, &failure)
+        })
+        .await?;
+        Ok(match action {
+            Ok(FailureAction::Exit(code)) => {
+                tracing::error!(
+                    code,
+                    "Registration refused; exiting as the failure policy decided"
+                );
+                Some(code)
+            }
+            Ok(FailureAction::Ignore) => {
+                tracing::warn!("Registration refused; the failure policy ignores it");
+                None
+            }
+            Ok(FailureAction::Retry(delay)) => {
+                tracing::warn!(
+                    ?delay,
+                    attempt,
+                    "Registration refused; re-creating the registration socket after a delay"
+                );
+                self.slot.close(); // the kubelet deregisters the plugin
+                self.state.backing_off(delay);
+                self.retry_at = Some(Instant::now() + delay);
+                None
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "Failure policy failed; exiting with code 1");
+                Some(policy::EXIT_FAILURE)
+            }
+        })
+    }
+
+    /// Something changed in the registry directory: re-create our socket if
+    /// it was deleted, stand by for a newer instance's.
+    pub(crate) fn on_registry_event(&mut self) -> Result<(), AppError> {
+        let current = self.current();
+        match self.slot.reconcile(&current.name)? {
+            Some(Listened::Serving(socket)) => self.state.serving(&current, socket, "deleted"),
+            Some(Listened::StandingBy(socket)) => self.state.standing_by(&current, socket),
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// The driver may have changed (its connection ended, its socket file
+    /// changed, or a planned look is due): one GetPluginInfo, over a new
+    /// connection if needed, proves it alive and tells whether it changed.
+    pub(crate) async fn on_driver_event(&mut self) -> Result<(), AppError> {
+        let timeout = self.config.timeout;
+        let answer = tokio::time::timeout(timeout, async {
+            let refreshed = self.driver.refresh().await.map_err(CsiError::Dial)?;
+            Ok((self.driver.plugin_info(timeout).await?, refreshed))
+        })
+        .await
+        .unwrap_or(Err(CsiError::Timeout(timeout)));
+        if let Some(watch) = &mut self.watch {
+            watch.answered(matches!(answer, Ok((_, Refreshed::Current))));
+        }
+        let now = match answer {
+            Err(e) => {
+                if !self.state.driver_down(e.to_string()) {
+                    tracing::warn!(error = %e, "CSI driver does not answer; still advertising the registration");
+                }
+                return Ok(());
+            }
+            Ok((info, _)) => info,
+        };
+        if self.state.driver_answers() {
+            tracing::info!(driver = %now.name, version = %now.vendor_version, "CSI driver answers again");
+        }
+        if now.name == self.ctx.driver_name && now.vendor_version == self.ctx.driver_version {
+            return Ok(());
+        }
+        tracing::info!(
+            from = %self.ctx.driver_name, from_version = %self.ctx.driver_version,
+            to = %now.name, to_version = %now.vendor_version,
+            "CSI driver changed; registering anew"
+        );
+        csi::check_name(&now.name)?;
+        self.ctx = context(&self.config, &now);
+        let next = decide(&self.policy, &self.ctx).await?;
+        if next != self.current() || self.retry_at.is_none() {
+            self.listen(&next, "driver-changed")?;
+        }
+        Ok(())
+    }
+
+    /// SIGHUP: load the policy again; a policy that fails to load or to
+    /// decide is not taken, and the last good one stays.
+    pub(crate) async fn on_reload(&mut self) -> Result<(), AppError> {
+        let Some(file) = self.config.policy_config.clone() else {
+            tracing::info!("SIGHUP without --policy-config: nothing to reload");
+            return Ok(());
+        };
+        tracing::info!(file = %file.display(), "SIGHUP: reloading the policy");
+        let loaded = load(&self.config, &self.state).await?;
+        let reloaded = match loaded {
+            Ok(p) => decide(&p, &self.ctx).await.map(|r| (p, r)),
+            Err(e) => Err(e),
+        };
+        match reloaded {
+            Err(e) => {
+                self.state.metrics().policy_reload(false);
+                tracing::error!(error = %e, "Policy reload failed; keeping the last good policy");
+            }
+            Ok((policy, next)) => {
+                self.state.metrics().policy_reload(true);
+                self.policy = policy;
+                if next != self.current() {
+                    self.listen(&next, "policy-reloaded")?;
+                }
+                tracing::info!("Policy reloaded");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Loads the policy the configuration names, on the blocking pool (compiling
+/// plugins must not stall the loop). The outer error is a panic.
+pub(crate) async fn load(
+    config: &Config,
+    state: &State,
+) -> Result<Result<Arc<dyn Policy>, AppError>, AppError> {
+    let (file, metrics) = (config.policy_config.clone(), state.metrics().clone());
+    blocking("policy loading", move || {
+        policy::load(file.as_deref(), &metrics).map_err(AppError::from)
+    })
+    .await
+}
+
+/// Runs `f` on the blocking pool (plugin calls and compilation must not stall
+/// the runtime); a panic in it becomes an error.
+async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, AppError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| AppError::Panicked(what))
+}
+
+/// What a policy is asked about this driver.
+pub(crate) fn context(config: &Config, info: &PluginInfo) -> Context {
+    Context {
+        node_name: config.node_name.clone(),
+        driver_name: info.name.clone(),
+        driver_version: info.vendor_version.clone(),
+        csi_address: config.csi_address.clone(),
+        kubelet_registration_path: config.kubelet_registration_path.clone(),
+        plugin_registration_path: config.plugin_registration_path.display().to_string(),
+    }
+}
+
+/// The registration the policy decides for `ctx`.
+pub(crate) async fn decide(
+    policy: &Arc<dyn Policy>,
+    ctx: &Context,
+) -> Result<Registration, AppError> {
+    let (policy, ctx) = (policy.clone(), ctx.clone());
+    let registration = blocking("the policy", move || policy.registration(&ctx)).await??;
+    tracing::info!(name = %registration.name, endpoint = %registration.endpoint, versions = ?registration.supported_versions, "Registration decided");
+    if let Err(e) = validate::endpoint(&registration.endpoint) {
+        // Upstream advertises --kubelet-registration-path verbatim; keep doing so, but say why the kubelet may fail.
+        tracing::warn!(error = %e, "Advertised endpoint looks unusable for the kubelet");
+    }
+    Ok(registration)
+}
+
+/// How long in-flight kubelet calls may take to finish on the way out.
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

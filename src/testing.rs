@@ -1,0 +1,202 @@
+//! The one door through which the tests, benches and fuzz targets reach
+//! inside the crate. Not part of the API: nothing here is stable.
+//!
+//! [`Harness`] runs the registrar in-process (the same `app` wiring as the
+//! binary) and lets a test wait for the registration's state to change,
+//! instead of for a line of log text.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+pub use crate::health::router as http_router;
+pub use crate::metrics::Metrics;
+pub use crate::policy::file::{
+    DEFAULT_MAX_RETRY_MS, DEFAULT_MIN_RETRY_MS, MAX_MEMORY_LIMIT_MIB, MAX_TIMEOUT_MS, Mode,
+    OnError, PluginConfig, PolicyFile,
+};
+pub use crate::policy::{
+    CallError, Chain, Context, DefaultPolicy, Failure, FailureAction, Hook, PluginHooks, Policy,
+    PolicyError, Registration,
+};
+/// The generated protos: the kubelet's `pluginregistration` and CSI Identity.
+pub mod proto {
+    pub use crate::proto::*;
+}
+pub use crate::registration::{RegistrationService, Verdict, socket_path};
+pub use crate::state::{Kubelet, Phase, Published, Snapshot, State, StateReader};
+pub use crate::tools::standins::{
+    Attempt, DriverCall, DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour, wait_until,
+};
+pub use crate::uds::channel as uds_channel;
+/// The kubelet's and the CSI spec's rules.
+pub mod validate {
+    pub use crate::validate::*;
+}
+pub use crate::{AppError, Config};
+
+/// The wasmtime host and the author tools' helpers.
+#[cfg(feature = "wasm")]
+pub mod wasm {
+    pub use crate::policy::wasm::cache::CacheKey;
+    pub use crate::policy::wasm::{Host, WasmPlugin, load_chain};
+    pub use crate::tools::author::{Inspection, inspect, unpinned};
+}
+
+/// Generous: CI machines are slow and shared, and nothing here waits this
+/// long unless something is broken.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The configuration the binary would get from these paths and upstream's
+/// defaults, except that the driver is looked at only on events (a probe
+/// interval of an hour), so a test sees what events did.
+pub fn config(csi: &Path, registry: &Path) -> Config {
+    Config {
+        csi_address: format!("unix://{}", csi.display()),
+        csi_socket: csi.to_owned(),
+        kubelet_registration_path: csi.display().to_string(),
+        plugin_registration_path: registry.to_owned(),
+        timeout: Duration::from_secs(1),
+        http_endpoint: None,
+        driver_wait: None,
+        probe_interval: Some(Duration::from_secs(3600)),
+        node_name: "node-a1".into(),
+        policy_config: None,
+    }
+}
+
+/// The registrar, running in-process on the test's runtime. Stopped (as by
+/// SIGTERM) when dropped.
+pub struct Harness {
+    state: StateReader,
+    metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<()>>,
+    reloads: mpsc::UnboundedSender<()>,
+    task: Option<JoinHandle<Result<u8, AppError>>>,
+}
+
+impl Harness {
+    /// Runs the registrar with `config`, loading the policy it names.
+    pub fn start(config: Config) -> Self {
+        Self::spawn(config, None)
+    }
+
+    /// Runs the registrar with `policy` instead of the one `config` names (a
+    /// SIGHUP still loads the configured file).
+    pub fn with_policy(config: Config, policy: Arc<dyn Policy>) -> Self {
+        Self::spawn(config, Some(policy))
+    }
+
+    fn spawn(config: Config, policy: Option<Arc<dyn Policy>>) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let state = Arc::new(State::new(metrics.clone()));
+        let reader = state.reader();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (reloads, reload_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(crate::app::run_with(
+            config,
+            async {
+                let _ = stopped.await;
+            },
+            UnboundedReceiverStream::new(reload_rx),
+            state,
+            policy,
+        ));
+        Harness {
+            state: reader,
+            metrics,
+            stop: Some(stop),
+            reloads,
+            task: Some(task),
+        }
+    }
+
+    /// The state now.
+    pub fn snapshot(&self) -> Snapshot {
+        self.state.borrow().clone()
+    }
+
+    /// A reader of the state, to wait on from another task.
+    pub fn reader(&self) -> StateReader {
+        self.state.clone()
+    }
+
+    /// The metrics, as `/metrics` shows them.
+    pub fn metrics(&self) -> String {
+        self.metrics.encode()
+    }
+
+    /// Waits until the state satisfies `cond` (checked now, then at each
+    /// change); panics after [`PATIENCE`], naming `what` and the last state,
+    /// or if the registrar stops first.
+    pub async fn wait_for(&mut self, what: &str, cond: impl FnMut(&Snapshot) -> bool) -> Snapshot {
+        self.wait_for_within(PATIENCE, what, cond).await
+    }
+
+    /// [`Harness::wait_for`] with a bound of its own.
+    pub async fn wait_for_within(
+        &mut self,
+        within: Duration,
+        what: &str,
+        mut cond: impl FnMut(&Snapshot) -> bool,
+    ) -> Snapshot {
+        let task = self.task.as_mut().expect("running");
+        let waited = tokio::time::timeout(within, async {
+            tokio::select! {
+                seen = self.state.wait_for(|s| cond(s)) => Ok(seen.map(|s| s.clone())),
+                ended = task => Err(ended),
+            }
+        })
+        .await;
+        match waited {
+            Ok(Ok(Ok(snapshot))) => snapshot,
+            Ok(Ok(Err(_))) => panic!("waiting for {what}: the registrar's state was dropped"),
+            Ok(Err(ended)) => {
+                self.task = None;
+                panic!("waiting for {what}: the registrar stopped: {ended:?}")
+            }
+            Err(_) => panic!(
+                "waiting for {what}: not within {within:?}; the state is {:#?}",
+                self.snapshot()
+            ),
+        }
+    }
+
+    /// As SIGHUP: reload the policy.
+    pub fn reload(&self) {
+        let _ = self.reloads.send(());
+    }
+
+    /// As SIGTERM: stops the registrar and returns how it ended.
+    pub async fn stop(mut self) -> Result<u8, AppError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.join().await
+    }
+
+    /// Waits for the registrar to stop by itself (a policy's exit, an error).
+    pub async fn exited(mut self) -> Result<u8, AppError> {
+        self.join().await
+    }
+
+    async fn join(&mut self) -> Result<u8, AppError> {
+        let task = self.task.take().expect("running");
+        tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("the registrar did not stop")
+            .expect("the registrar's task panicked")
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}

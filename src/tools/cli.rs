@@ -1,0 +1,151 @@
+//! The tools' command line.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "csi-node-driver-registrar")]
+pub(super) struct Tools {
+    #[command(subcommand)]
+    pub(super) command: Command,
+    /// Log verbosity (0 info, 4 debug, 5 trace).
+    #[arg(short = 'v', long = "v", global = true, default_value_t = 0)]
+    pub(super) verbosity: u8,
+}
+
+// Parsed once per process: the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub(super) enum Command {
+    /// Run a CSI driver stand-in, the registrar and a kubelet stand-in over real
+    /// unix sockets and narrate the registration.
+    Demo {
+        /// A policy file (TOML) to run the registrar with.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
+    /// Tools for policy plugin authors: inspect, validate, run, precompile.
+    #[cfg(feature = "wasm")]
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[cfg(feature = "wasm")]
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub(super) enum PluginCommand {
+    /// Show a component's WIT version, hooks, imports, size and sha256.
+    Inspect {
+        wasm: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load a component with settings, as the registrar does at start-up.
+    Validate {
+        wasm: PathBuf,
+        #[command(flatten)]
+        settings: SettingsArgs,
+    },
+    /// Run one hook against a context and print the decision (as JSON).
+    Run(RunArgs),
+    /// Compile components into a cache directory with this binary, so the
+    /// registrar starts without compiling (for image builds or an initContainer).
+    Precompile {
+        #[arg(required = true)]
+        wasm: Vec<PathBuf>,
+        #[arg(long)]
+        cache_dir: PathBuf,
+        /// The key file the registrar's policy names in `policy.cache_key_file`.
+        #[arg(long)]
+        cache_key_file: PathBuf,
+    },
+    /// Print a new random key for `policy.cache_key_file` (64 hex digits).
+    CacheKey,
+    /// Used by the registrar itself: compile the component on stdin, write the
+    /// precompiled form on stdout.
+    #[command(hide = true)]
+    CompileWorker,
+}
+
+/// `plugin run`'s arguments.
+#[cfg(feature = "wasm")]
+#[derive(Debug, clap::Args)]
+pub(super) struct RunArgs {
+    pub(super) wasm: PathBuf,
+    /// driver-name, versions, endpoint or failure.
+    #[arg(long)]
+    pub(super) hook: crate::policy::Hook,
+    /// The registration context as a JSON file (keys: node_name, driver_name,
+    /// driver_version, csi_address, kubelet_registration_path,
+    /// plugin_registration_path); flags below override it.
+    #[arg(long)]
+    pub(super) context: Option<PathBuf>,
+    #[arg(long)]
+    pub(super) node_name: Option<String>,
+    #[arg(long)]
+    pub(super) driver_name: Option<String>,
+    #[arg(long)]
+    pub(super) driver_version: Option<String>,
+    #[arg(long)]
+    pub(super) kubelet_registration_path: Option<String>,
+    /// `current` for driver-name and endpoint (default: from the context, as at start-up).
+    #[arg(long)]
+    pub(super) current: Option<String>,
+    /// `current` for versions (repeatable; default 1.0.0).
+    #[arg(long = "version")]
+    pub(super) versions: Vec<String>,
+    /// The kubelet's error text, for the failure hook.
+    #[arg(
+        long,
+        default_value = "RegisterPlugin error -- plugin registration failed with err: example"
+    )]
+    pub(super) error: String,
+    /// The attempt number, for the failure hook.
+    #[arg(long, default_value_t = 1)]
+    pub(super) attempt: u32,
+    #[command(flatten)]
+    pub(super) settings: SettingsArgs,
+    /// Deadline of the call in milliseconds.
+    #[arg(long, default_value_t = crate::policy::file::DEFAULT_TIMEOUT_MS)]
+    pub(super) timeout_ms: u64,
+}
+
+#[cfg(feature = "wasm")]
+#[derive(Debug, clap::Args)]
+pub(super) struct SettingsArgs {
+    /// The plugin's settings: a TOML file (the `[plugin.settings]` table's
+    /// contents) or a .json file.
+    #[arg(long, conflicts_with = "settings_json")]
+    pub(super) settings: Option<PathBuf>,
+    /// The plugin's settings as inline JSON.
+    #[arg(long)]
+    pub(super) settings_json: Option<String>,
+}
+
+#[cfg(feature = "wasm")]
+impl SettingsArgs {
+    pub(super) fn json(&self) -> anyhow::Result<String> {
+        if let Some(inline) = &self.settings_json {
+            let value: serde_json::Value = serde_json::from_str(inline)
+                .map_err(|e| anyhow::anyhow!("--settings-json is not JSON: {e}"))?;
+            return Ok(value.to_string());
+        }
+        let Some(path) = &self.settings else {
+            return Ok("{}".into());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        if path.extension().is_some_and(|e| e == "json") {
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Ok(value.to_string())
+        } else {
+            let table: toml::Table =
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Ok(serde_json::to_string(&table)?)
+        }
+    }
+}
+

@@ -1,0 +1,88 @@
+//! The tools wing: subcommands beside the upstream flags, for people rather
+//! than the kubelet. They live under names no upstream flag can take, so an
+//! existing DaemonSet's arguments always reach the registrar itself.
+//!
+//! - `cli`: the tools' command line.
+//! - `demo`: a driver stand-in, the registrar and a kubelet stand-in, narrated.
+//! - `inspect`, `validate`, `run`, `precompile`, `cache_key`: `plugin …`, one
+//!   file per subcommand; `author` holds what they share with the tests.
+//! - `standins`: a CSI driver and a kubelet built from the same protos, for
+//!   the demo and the tests.
+//!
+//! The core never imports this wing; only `main` and the tests reach it.
+
+#[cfg(feature = "wasm")]
+pub(crate) mod author;
+#[cfg(feature = "wasm")]
+mod cache_key;
+mod cli;
+mod demo;
+#[cfg(feature = "wasm")]
+mod inspect;
+#[cfg(feature = "wasm")]
+mod precompile;
+#[cfg(feature = "wasm")]
+mod run;
+pub(crate) mod standins;
+#[cfg(feature = "wasm")]
+mod validate;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Command, Tools};
+
+/// Runs a tool when `args[1]` names one; `None` lets the registrar run.
+pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
+    if !matches!(args.get(1).map(String::as_str), Some("demo" | "plugin")) {
+        return None;
+    }
+    let tools = match Tools::try_parse_from(args) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = e.print();
+            return Some(ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)));
+        }
+    };
+    crate::logging::init_tools(tools.verbosity);
+    let result = match tools.command {
+        Command::Demo { policy } => runtime().block_on(demo::run(policy)),
+        #[cfg(feature = "wasm")]
+        Command::Plugin(cmd) => {
+            use cli::PluginCommand as P;
+            // The plugin tools only print: end quietly when the reader goes away
+            // (`| head`) instead of panicking on EPIPE. Not for the demo: its
+            // sockets must see EPIPE as an error, not die of SIGPIPE.
+            // SAFETY: restoring a signal's default disposition has no preconditions.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            match cmd {
+                P::CompileWorker => return Some(crate::policy::wasm::compile_worker()),
+                P::CacheKey => cache_key::run(),
+                P::Inspect { wasm, json } => inspect::run(&wasm, json),
+                P::Validate { wasm, settings } => validate::run(&wasm, &settings),
+                P::Run(args) => run::run(args),
+                P::Precompile {
+                    wasm,
+                    cache_dir,
+                    cache_key_file,
+                } => precompile::run(&wasm, &cache_dir, &cache_key_file),
+            }
+        }
+    };
+    Some(match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime")
+}

@@ -1,0 +1,22 @@
+//! `plugin validate`: load a component with settings, as the registrar does at start-up.
+
+use std::path::Path;
+
+use super::author;
+use super::cli::SettingsArgs;
+use crate::policy::file::PluginConfig;
+
+pub(super) fn run(wasm: &Path, settings: &SettingsArgs) -> anyhow::Result<()> {
+    let cfg = PluginConfig {
+        settings_json: settings.json()?,
+        ..author::unpinned(wasm)
+    };
+    let plugin = author::host()?.load(&cfg, None)?;
+    let hooks: Vec<_> = plugin.exported_hooks().iter().map(|h| h.as_str()).collect();
+    println!(
+        "ok: {} loads with these settings; hooks: {}",
+        wasm.display(),
+        hooks.join(", ")
+    );
+    Ok(())
+}
