@@ -24,7 +24,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .split('-')
             .map(|w| w[..1].to_uppercase() + &w[1..])
             .collect();
-        writeln!(rows, "            ({camel}, \"{hook}\", {}),", hook.replace('-', "_"))?;
+        writeln!(
+            rows,
+            "            ({camel}, \"{hook}\", {}),",
+            hook.replace('-', "_")
+        )?;
     }
     let code = format!(
         "/// Calls `$m!` with `(Variant, \"wit-name\", wit_module)` for every hook of\n\

@@ -20,13 +20,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{BIN, Sandbox, cached_policy, plugin, plugin_entry, write_policy};
-use csi_node_driver_registrar::metrics::Metrics;
-use csi_node_driver_registrar::policy::config::PolicyConfig;
-use csi_node_driver_registrar::policy::{Context, Policy, wasm};
-use csi_node_driver_registrar::proto::registration::{
+use csi_node_driver_registrar::testing::Metrics;
+use csi_node_driver_registrar::testing::PolicyFile;
+use csi_node_driver_registrar::testing::proto::registration::{
     InfoRequest, registration_client::RegistrationClient,
 };
-use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
+use csi_node_driver_registrar::testing::{Context, Policy, wasm};
+use csi_node_driver_registrar::testing::{DriverSpec, FakeDriver};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 
@@ -79,7 +79,9 @@ fn switches(pid: u32) -> u64 {
 }
 
 async fn get_info(socket: &Path) -> Option<String> {
-    let channel = csi_node_driver_registrar::uds::channel(socket).await.ok()?;
+    let channel = csi_node_driver_registrar::testing::uds_channel(socket)
+        .await
+        .ok()?;
     let info = RegistrationClient::new(channel)
         .get_info(InfoRequest {})
         .await
@@ -198,7 +200,7 @@ fn plugin_costs(
     let entry = plugin_entry("p", path, &format!("[plugin.settings]\n{settings}"));
     let load = |toml: &str| {
         let file = write_policy(dir.path(), toml);
-        let cfg = PolicyConfig::from_file(&file).unwrap();
+        let cfg = PolicyFile::from_file(&file).unwrap();
         let t = Instant::now();
         let chain = wasm::load_chain(&cfg, Arc::new(Metrics::new()));
         (t.elapsed(), chain)
@@ -208,7 +210,7 @@ fn plugin_costs(
     let cached_toml = format!("{cache_header}{entry}");
     load(&cached_toml).1.unwrap();
     let cached = median((0..10).map(|_| load(&cached_toml).0).collect());
-    let failure = csi_node_driver_registrar::policy::Failure {
+    let failure = csi_node_driver_registrar::testing::Failure {
         error: "refused".into(),
         attempt: 1,
         elapsed: Duration::ZERO,
@@ -269,7 +271,7 @@ async fn registrar_figures() {
 
     // GetInfo latency on one connection, as a kubelet that keeps it open.
     let run = start(&sb, &[], &socket).await;
-    let channel = csi_node_driver_registrar::uds::channel(&socket)
+    let channel = csi_node_driver_registrar::testing::uds_channel(&socket)
         .await
         .unwrap();
     let mut client = RegistrationClient::new(channel);

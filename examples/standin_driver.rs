@@ -1,5 +1,5 @@
 //! Runs the CSI driver stand-in on a socket until killed (for manual measurements).
-use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
+use csi_node_driver_registrar::testing::{DriverSpec, FakeDriver};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {

@@ -65,7 +65,10 @@ pub fn router(state: StateReader, metrics: Arc<Metrics>, timeout: Duration) -> R
 }
 
 /// Serves until the listener fails or the task is dropped.
-pub(crate) async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+) -> std::io::Result<()> {
     axum::serve(listener, router).await
 }
 

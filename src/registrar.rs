@@ -208,15 +208,15 @@ impl Registrar {
         };
         match reloaded {
             Err(e) => {
-                self.state.metrics().policy_reload(false);
+                self.state.reloaded(false);
                 tracing::error!(error = %e, "Policy reload failed; keeping the last good policy");
             }
             Ok((policy, next)) => {
-                self.state.metrics().policy_reload(true);
                 self.policy = policy;
                 if next != self.current() {
                     self.listen(&next, "policy-reloaded")?;
                 }
+                self.state.reloaded(true);
                 tracing::info!("Policy reloaded");
             }
         }

@@ -70,8 +70,10 @@ pub struct Snapshot {
     pub driver_down: Option<String>,
     /// Registration sockets created so far (a re-creation counts).
     pub sockets_created: u64,
-    /// When a retry back-off ends, while one runs.
+    /// The retry delay, while a back-off runs.
     pub retry_in: Option<Duration>,
+    /// Policy reloads handled so far, whether they took or not.
+    pub reloads: u64,
 }
 
 impl Snapshot {
@@ -179,6 +181,12 @@ impl State {
         self.tx.send_modify(|s| s.serving = false);
     }
 
+    /// A policy reload was handled; `ok`: the new policy is in force.
+    pub(crate) fn reloaded(&self, ok: bool) {
+        self.metrics.policy_reload(ok);
+        self.tx.send_modify(|s| s.reloads += 1);
+    }
+
     /// The driver answered. Returns whether it had been down.
     pub(crate) fn driver_answers(&self) -> bool {
         let was_down = self.tx.send_if_modified(|s| s.driver_down.take().is_some());
@@ -191,7 +199,8 @@ impl State {
     /// The driver did not answer. Returns whether it was down already.
     pub(crate) fn driver_down(&self, error: String) -> bool {
         let mut was_down = false;
-        self.tx.send_modify(|s| was_down = s.driver_down.replace(error).is_some());
+        self.tx
+            .send_modify(|s| was_down = s.driver_down.replace(error).is_some());
         was_down
     }
 }

@@ -33,6 +33,11 @@ pub use crate::tools::standins::{
     Attempt, DriverCall, DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour, wait_until,
 };
 pub use crate::uds::channel as uds_channel;
+/// Upstream's log messages.
+pub mod messages {
+    pub use crate::messages::*;
+}
+
 /// The kubelet's and the CSI spec's rules.
 pub mod validate {
     pub use crate::validate::*;

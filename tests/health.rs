@@ -7,40 +7,51 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::http_get;
-use csi_node_driver_registrar::health::{self, Phase, Status};
-use csi_node_driver_registrar::metrics::Metrics;
-use csi_node_driver_registrar::policy::Registration;
-use csi_node_driver_registrar::proto::registration::registration_server::RegistrationServer;
-use csi_node_driver_registrar::registration::{Advertised, Published, RegistrationService};
+use csi_node_driver_registrar::testing::proto::registration::registration_server::RegistrationServer;
+use csi_node_driver_registrar::testing::{
+    Kubelet, Metrics, Published, Registration, RegistrationService, Snapshot, http_router,
+};
+use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
-/// Serves the router on a loopback port; returns the port.
-async fn serve(status: Arc<Status>) -> u16 {
+/// Serves the router over the state `state` sends, on a loopback port;
+/// returns the port.
+async fn serve(state: &watch::Sender<Snapshot>) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let router = health::router(status, Arc::new(Metrics::new()), Duration::from_secs(1));
-    tokio::spawn(health::serve(listener, router));
+    let router = http_router(
+        state.subscribe(),
+        Arc::new(Metrics::new()),
+        Duration::from_secs(1),
+    );
+    tokio::spawn(async move { axum_serve(listener, router).await });
     port
 }
 
+async fn axum_serve(listener: tokio::net::TcpListener, router: axum::Router) {
+    axum::serve(listener, router).await.unwrap();
+}
+
 /// Advertises the registration of driver `name` on the socket at `path`.
-fn publish(advertised: &Advertised, path: &std::path::Path, name: &str) {
-    advertised.publish(Published {
-        registration: Registration {
-            name: name.into(),
-            endpoint: "/csi/csi.sock".into(),
-            supported_versions: vec!["1.0.0".into()],
-        },
-        socket: path.to_owned(),
+fn publish(state: &watch::Sender<Snapshot>, path: &std::path::Path, name: &str) {
+    state.send_modify(|s| {
+        s.published = Some(Published {
+            registration: Registration {
+                name: name.into(),
+                endpoint: "/csi/csi.sock".into(),
+                supported_versions: vec!["1.0.0".into()],
+            },
+            socket: path.to_owned(),
+        })
     });
 }
 
 /// A registration service answering for `name` on a unix socket at `path`.
 async fn registration_socket(path: &std::path::Path, name: &str) {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let advertised = Arc::new(Advertised::default());
-    publish(&advertised, path, name);
-    let service = RegistrationService::new(advertised, tx, Arc::new(Metrics::new()));
+    let state = watch::Sender::new(Snapshot::default());
+    publish(&state, path, name);
+    let service = RegistrationService::new(state.subscribe(), tx, Arc::new(Metrics::new()));
     let listener = tokio::net::UnixListener::bind(path).unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -52,8 +63,8 @@ async fn registration_socket(path: &std::path::Path, name: &str) {
 #[tokio::test]
 async fn healthz_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let status = Arc::new(Status::default());
-    let port = serve(status.clone()).await;
+    let state = watch::Sender::new(Snapshot::default());
+    let port = serve(&state).await;
 
     // Before the driver answered there is no socket by design.
     assert_eq!(
@@ -63,7 +74,7 @@ async fn healthz_answers() {
 
     // The socket file is gone: upstream's 404.
     let path = dir.path().join("d.csi.io-reg.sock");
-    publish(&status.advertised(), &path, "d.csi.io");
+    publish(&state, &path, "d.csi.io");
     assert_eq!(
         http_get(port, "/healthz").await,
         Some((404, "registration socket does not exist".into()))
@@ -76,7 +87,7 @@ async fn healthz_answers() {
     // It answers for another name: 500 with the reason.
     let other = dir.path().join("other-reg.sock");
     registration_socket(&other, "other.csi.io").await;
-    publish(&status.advertised(), &other, "d.csi.io");
+    publish(&state, &other, "d.csi.io");
     let (code, body) = http_get(port, "/healthz").await.unwrap();
     assert_eq!(code, 500);
     assert_eq!(
@@ -87,7 +98,7 @@ async fn healthz_answers() {
     // Something that is not a listening socket: 500, cannot connect.
     let file = dir.path().join("file-reg.sock");
     std::fs::write(&file, "").unwrap();
-    publish(&status.advertised(), &file, "d.csi.io");
+    publish(&state, &file, "d.csi.io");
     let (code, body) = http_get(port, "/healthz").await.unwrap();
     assert_eq!(code, 500);
     assert!(
@@ -98,25 +109,42 @@ async fn healthz_answers() {
 
 #[tokio::test]
 async fn readyz_answers() {
-    let status = Arc::new(Status::default());
-    let port = serve(status.clone()).await;
+    let state = watch::Sender::new(Snapshot::default());
+    let port = serve(&state).await;
     assert_eq!(
         http_get(port, "/readyz").await,
         Some((503, "waiting for the CSI driver".into()))
     );
-    status.set_phase(Phase::WaitingForKubelet);
+    state.send_modify(|s| s.kubelet = Kubelet::Waiting);
     assert_eq!(
         http_get(port, "/readyz").await,
         Some((503, "waiting for the kubelet to register the plugin".into()))
     );
-    status.set_phase(Phase::Registered);
+    state.send_modify(|s| s.kubelet = Kubelet::Registered);
     assert_eq!(http_get(port, "/readyz").await, Some((200, "ok".into())));
-    status.set_phase(Phase::Rejected("driver name is empty".into()));
+    state.send_modify(|s| s.kubelet = Kubelet::Refused("driver name is empty".into()));
     assert_eq!(
         http_get(port, "/readyz").await,
         Some((
             503,
             "kubelet refused the registration: driver name is empty".into()
+        ))
+    );
+}
+
+#[tokio::test]
+async fn readyz_names_a_driver_that_does_not_answer() {
+    let state = watch::Sender::new(Snapshot::default());
+    let port = serve(&state).await;
+    state.send_modify(|s| {
+        s.kubelet = Kubelet::Registered;
+        s.driver_down = Some("connection refused".into());
+    });
+    assert_eq!(
+        http_get(port, "/readyz").await,
+        Some((
+            503,
+            "the CSI driver does not answer: connection refused".into()
         ))
     );
 }

@@ -7,10 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use csi_node_driver_registrar::proto::registration::{
+use csi_node_driver_registrar::testing::proto::registration::{
     InfoRequest, registration_client::RegistrationClient,
 };
-use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
+use csi_node_driver_registrar::testing::{DriverSpec, FakeDriver};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 const CLIENTS: usize = 64;
@@ -33,7 +33,7 @@ async fn round(socket: &std::path::Path, port: u16) -> Vec<String> {
     for _ in 0..CLIENTS {
         let socket = socket.to_owned();
         tasks.spawn(async move {
-            let channel = csi_node_driver_registrar::uds::channel(&socket)
+            let channel = csi_node_driver_registrar::testing::uds_channel(&socket)
                 .await
                 .map_err(|e| e.to_string())?;
             let mut client = RegistrationClient::new(channel);
@@ -79,7 +79,7 @@ async fn concurrent_get_info_and_healthz_without_errors_or_growth() {
     let port = free_port();
     // /healthz's own GetInfo runs under --timeout: this test counts errors,
     // not latency, so a slow shared machine must not turn into a 500.
-    let registrar = Registrar::spawn(
+    let registrar = Process::spawn(
         &sb,
         &[
             format!("--http-endpoint=127.0.0.1:{port}"),

@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
-use csi_node_driver_registrar::messages as m;
-use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
+use csi_node_driver_registrar::testing::messages as m;
+use csi_node_driver_registrar::testing::{DriverSpec, FakeDriver};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 
@@ -219,7 +219,7 @@ async fn startup_log(extra: &[&str]) -> String {
         .unwrap();
     let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     args.push("-v=2".into());
-    let registrar = Registrar::spawn(&sb, &args);
+    let registrar = Process::spawn(&sb, &args);
     assert!(
         registrar.wait_log(m::SKIPPING_HTTP_SERVER).await,
         "{}",

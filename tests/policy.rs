@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use csi_node_driver_registrar::metrics::Metrics;
-use csi_node_driver_registrar::policy::config::PolicyConfig;
-use csi_node_driver_registrar::policy::{
+use csi_node_driver_registrar::testing::Metrics;
+use csi_node_driver_registrar::testing::PolicyFile;
+use csi_node_driver_registrar::testing::{
     Context, DefaultPolicy, Failure, FailureAction, Policy, wasm,
 };
-use csi_node_driver_registrar::standins::{
+use csi_node_driver_registrar::testing::{
     DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour, wait_until,
 };
 
@@ -32,9 +32,9 @@ fn ctx() -> Context {
     }
 }
 
-fn load(dir: &Path, toml: &str) -> Result<csi_node_driver_registrar::policy::Chain, String> {
+fn load(dir: &Path, toml: &str) -> Result<csi_node_driver_registrar::testing::Chain, String> {
     let file = write_policy(dir, toml);
-    let cfg = PolicyConfig::from_file(&file).map_err(|e| e.to_string())?;
+    let cfg = PolicyFile::from_file(&file).map_err(|e| e.to_string())?;
     wasm::load_chain(&cfg, Arc::new(Metrics::new())).map_err(|e| e.to_string())
 }
 
@@ -496,7 +496,7 @@ async fn every_start_up_hook_changes_what_the_kubelet_sees() {
         ),
     );
     let policy = write_policy(sb.dir.path(), &toml);
-    let registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
     let socket = sb.socket("hostpath.csi.k8s.io-pool-a");
     assert!(appears(&socket).await, "log:\n{}", registrar.log_text());
     let kubelet = FakeKubelet::default();
@@ -528,7 +528,7 @@ async fn failure_hook_retry_recreates_the_socket_then_exits_with_its_code() {
         )
     );
     let policy = write_policy(sb.dir.path(), &toml);
-    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let mut registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
     let socket = sb.socket(DRIVER);
     let kubelet = FakeKubelet::new(KubeletBehaviour {
         refuse_with: Some("error updating Node object: forbidden".into()),
@@ -577,7 +577,7 @@ async fn monitor_mode_logs_but_does_not_apply() {
         "mode = \"monitor\"\n[plugin.settings]\nsuffix = \"-x\"",
     );
     let policy = write_policy(sb.dir.path(), &toml);
-    let registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
     assert!(
         appears(&sb.socket(DRIVER)).await,
         "log:\n{}",
@@ -694,8 +694,7 @@ async fn files_that_are_not_files_are_refused_at_once_naming_file_and_line() {
             path.display()
         );
         let policy = write_policy(sb.dir.path(), &toml);
-        let mut registrar =
-            Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+        let mut registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
         assert_eq!(registrar.exit_code().await, 1);
         let log = registrar.log_text();
         let line = log
@@ -712,7 +711,7 @@ async fn files_that_are_not_files_are_refused_at_once_naming_file_and_line() {
         );
     }
     // The policy file itself.
-    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", fifo.display())]);
+    let mut registrar = Process::spawn(&sb, &[format!("--policy-config={}", fifo.display())]);
     assert_eq!(registrar.exit_code().await, 1);
     assert!(
         registrar
@@ -734,7 +733,7 @@ async fn a_failing_plugin_stops_start_up_or_is_skipped_as_configured() {
         sb.dir.path(),
         &misbehave("loop", "timeout_ms = 30\nhooks = [\"driver-name\"]"),
     );
-    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let mut registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
     assert_eq!(registrar.exit_code().await, 1);
     let log = registrar.log_text();
     assert!(
@@ -751,7 +750,7 @@ async fn a_failing_plugin_stops_start_up_or_is_skipped_as_configured() {
             "timeout_ms = 30\non_error = \"skip\"\nhooks = [\"driver-name\"]",
         ),
     );
-    let registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
     assert!(
         appears(&sb.socket(DRIVER)).await,
         "log:\n{}",
@@ -785,7 +784,7 @@ async fn plugin_logs_and_output_reach_the_registrar_log() {
         sb.dir.path(),
         &misbehave("escape", "hooks = [\"driver-name\"]"),
     );
-    let registrar = Registrar::spawn(
+    let registrar = Process::spawn(
         &sb,
         &[
             format!("--policy-config={}", policy.display()),
@@ -818,7 +817,7 @@ async fn a_bad_policy_file_names_file_line_and_key() {
         sb.dir.path(),
         "[policy]\ncache_dir = \"/x\"\n\n[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\ntimeout = 5\n",
     );
-    let mut registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let mut registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
     assert_eq!(registrar.exit_code().await, 1);
     let log = registrar.log_text();
     assert!(
@@ -845,7 +844,7 @@ async fn sighup_reloads_the_policy_and_keeps_the_last_good_one() {
         )
     };
     let policy = write_policy(sb.dir.path(), &suffix("-a"));
-    let registrar = Registrar::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
+    let registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
     let a = sb.socket("hostpath.csi.k8s.io-a");
     assert!(appears(&a).await, "{}", registrar.log_text());
 
@@ -886,7 +885,7 @@ async fn sighup_reloads_the_policy_and_keeps_the_last_good_one() {
 
 #[test]
 fn the_default_policy_component_agrees_with_the_built_in_one() {
-    use csi_node_driver_registrar::policy::DefaultPolicy;
+    use csi_node_driver_registrar::testing::DefaultPolicy;
     let dir = tempfile::tempdir().unwrap();
     let chain = load(
         dir.path(),
@@ -934,7 +933,7 @@ fn example_policies_load_and_decide() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/examples");
     plugin("pool-suffix"); // builds them all
     let load_example = |name: &str| {
-        let cfg = PolicyConfig::from_file(&examples.join(name).join("policy.toml")).unwrap();
+        let cfg = PolicyFile::from_file(&examples.join(name).join("policy.toml")).unwrap();
         wasm::load_chain(&cfg, Arc::new(Metrics::new())).unwrap_or_else(|e| panic!("{name}: {e}"))
     };
     assert_eq!(

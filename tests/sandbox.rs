@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::*;
-use csi_node_driver_registrar::metrics::Metrics;
-use csi_node_driver_registrar::policy::config::PolicyConfig;
-use csi_node_driver_registrar::policy::{Chain, Context, Policy, wasm};
+use csi_node_driver_registrar::testing::Metrics;
+use csi_node_driver_registrar::testing::PolicyFile;
+use csi_node_driver_registrar::testing::{Chain, Context, Policy, wasm};
 
 fn ctx() -> Context {
     Context {
@@ -25,7 +25,7 @@ fn ctx() -> Context {
 
 fn load(dir: &Path, toml: &str) -> Result<Chain, String> {
     let file = write_policy(dir, toml);
-    let cfg = PolicyConfig::from_file(&file).map_err(|e| e.to_string())?;
+    let cfg = PolicyFile::from_file(&file).map_err(|e| e.to_string())?;
     wasm::load_chain(&cfg, Arc::new(Metrics::new())).map_err(|e| e.to_string())
 }
 
@@ -127,7 +127,7 @@ fn a_plugin_sleeping_in_a_host_call_is_stopped_at_its_deadline() {
         &misbehave("sleep", "hooks = [\"failure\"]\ntimeout_ms = 100"),
     )
     .unwrap();
-    let failure = csi_node_driver_registrar::policy::Failure {
+    let failure = csi_node_driver_registrar::testing::Failure {
         error: "refused".into(),
         attempt: 1,
         elapsed: std::time::Duration::ZERO,
@@ -217,18 +217,18 @@ fn one_calls_deadline_never_ends_another_call() {
 async fn registrar_with(
     sb: &Sandbox,
     policy: &str,
-) -> (csi_node_driver_registrar::standins::FakeDriver, Registrar) {
-    use csi_node_driver_registrar::standins::{DriverSpec, FakeDriver};
+) -> (csi_node_driver_registrar::testing::FakeDriver, Process) {
+    use csi_node_driver_registrar::testing::{DriverSpec, FakeDriver};
     let driver = FakeDriver::start(&sb.csi, DriverSpec::named("hostpath.csi.k8s.io"))
         .await
         .unwrap();
     let policy = write_policy(sb.dir.path(), policy);
-    let registrar = Registrar::spawn(sb, &[format!("--policy-config={}", policy.display())]);
+    let registrar = Process::spawn(sb, &[format!("--policy-config={}", policy.display())]);
     (driver, registrar)
 }
 
 /// Sends SIGTERM once the plugin says it sleeps; the registrar must exit 0.
-async fn sigterm_while_sleeping(mut registrar: Registrar) -> String {
+async fn sigterm_while_sleeping(mut registrar: Process) -> String {
     assert!(
         registrar.wait_log("misbehave: sleeping").await,
         "{}",
@@ -244,7 +244,7 @@ async fn sigterm_while_sleeping(mut registrar: Registrar) -> String {
 /// made the failure policy fail (exit 1), as before this was fixed.
 #[tokio::test]
 async fn sigterm_during_a_plugin_call_exits_0_and_removes_the_socket() {
-    use csi_node_driver_registrar::standins::{FakeKubelet, KubeletBehaviour};
+    use csi_node_driver_registrar::testing::{FakeKubelet, KubeletBehaviour};
     let sb = Sandbox::new();
     let (_driver, registrar) = registrar_with(
         &sb,

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use csi_node_driver_registrar::registration::socket::socket_path;
-use csi_node_driver_registrar::validate::{self, KubeletVersion, UNIX_PATH_MAX};
+use csi_node_driver_registrar::testing::socket_path;
+use csi_node_driver_registrar::testing::{KubeletVersion, UNIX_PATH_MAX, validate};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (String, String, Vec<String>)| {

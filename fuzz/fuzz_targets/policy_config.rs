@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
-use csi_node_driver_registrar::policy::config::{MAX_MEMORY_LIMIT_MIB, MAX_TIMEOUT_MS, PolicyConfig};
+use csi_node_driver_registrar::testing::{MAX_MEMORY_LIMIT_MIB, MAX_TIMEOUT_MS, PolicyFile};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    match PolicyConfig::from_toml_str(text, Path::new("/fuzz/policy.toml")) {
+    match PolicyFile::from_toml_str(text, Path::new("/fuzz/policy.toml")) {
         Ok(cfg) => {
             assert!(cfg.min_retry <= cfg.max_retry);
             let mut ids = std::collections::HashSet::new();

@@ -5,11 +5,11 @@
 
 use std::sync::{Arc, OnceLock};
 
-use csi_node_driver_registrar::metrics::Metrics;
-use csi_node_driver_registrar::policy::Registration;
-use csi_node_driver_registrar::proto::registration::registration_server::Registration as _;
-use csi_node_driver_registrar::proto::registration::{InfoRequest, RegistrationStatus};
-use csi_node_driver_registrar::registration::{Advertised, Published, RegistrationService};
+use csi_node_driver_registrar::testing::Metrics;
+use csi_node_driver_registrar::testing::Registration;
+use csi_node_driver_registrar::testing::proto::registration::registration_server::Registration as _;
+use csi_node_driver_registrar::testing::proto::registration::{InfoRequest, RegistrationStatus};
+use csi_node_driver_registrar::testing::{Published, RegistrationService, Snapshot};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 
@@ -30,12 +30,14 @@ fuzz_target!(|data: &[u8]| {
         supported_versions: vec!["1.0.0".into()],
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let advertised = Arc::new(Advertised::default());
-    advertised.publish(Published {
-        registration: registration.clone(),
-        socket: "/var/lib/kubelet/plugins_registry/fuzz.csi.io-reg.sock".into(),
+    let state = tokio::sync::watch::Sender::new(Snapshot {
+        published: Some(Published {
+            registration: registration.clone(),
+            socket: "/var/lib/kubelet/plugins_registry/fuzz.csi.io-reg.sock".into(),
+        }),
+        ..Snapshot::default()
     });
-    let service = RegistrationService::new(advertised, tx, Arc::new(Metrics::new()));
+    let service = RegistrationService::new(state.subscribe(), tx, Arc::new(Metrics::new()));
     runtime().block_on(async {
         if let Ok(status) = status {
             let reply = service.notify_registration_status(tonic::Request::new(status.clone())).await;

@@ -192,12 +192,11 @@ pub enum PolicyFileError {
 impl PolicyFile {
     /// Reads and checks the policy file at `path`.
     pub fn from_file(path: &Path) -> Result<Self, PolicyFileError> {
-        let bytes = read_regular_file(path, MAX_POLICY_FILE).map_err(|source| {
-            PolicyFileError::Read {
+        let bytes =
+            read_regular_file(path, MAX_POLICY_FILE).map_err(|source| PolicyFileError::Read {
                 path: path.to_owned(),
                 source,
-            }
-        })?;
+            })?;
         let text = String::from_utf8(bytes).map_err(|e| PolicyFileError::Read {
             path: path.to_owned(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
@@ -234,14 +233,13 @@ impl PolicyFile {
                 message,
             }
         })?;
-        let invalid = |span: std::ops::Range<usize>, key: &str, message: String| {
-            PolicyFileError::Invalid {
+        let invalid =
+            |span: std::ops::Range<usize>, key: &str, message: String| PolicyFileError::Invalid {
                 path: path.to_owned(),
                 line: line_of(text, span.start),
                 key: Some(key.to_owned()),
                 message,
-            }
-        };
+            };
         // `key` is dotted from the top; the message names its last part.
         let ranged = |v: &Option<Spanned<u64>>, key: &str, default: u64, lo: u64, hi: u64| match v {
             None => Ok(default),
@@ -332,10 +330,13 @@ impl PolicyFile {
                 ));
             }
             let sha256 = match (&p.sha256, p.allow_unpinned) {
-                (Some(s), _) => Some(
-                    parse_sha256(s.get_ref())
-                        .map_err(|m| invalid(s.span(), "plugin.sha256", format!("plugin {id:?}: sha256 {m}")))?,
-                ),
+                (Some(s), _) => Some(parse_sha256(s.get_ref()).map_err(|m| {
+                    invalid(
+                        s.span(),
+                        "plugin.sha256",
+                        format!("plugin {id:?}: sha256 {m}"),
+                    )
+                })?),
                 (None, true) => None,
                 (None, false) => {
                     return Err(invalid(
@@ -523,7 +524,7 @@ on_error = "fail"
             .to_string();
         assert!(
             err.starts_with(
-                "policy file /etc/registrar/policy.toml, line 4: unknown field `timeout`, expected one of"
+                "policy file /etc/registrar/policy.toml, line 4, key plugin.timeout: unknown field `timeout`, expected one of"
             ),
             "{err}"
         );
@@ -538,7 +539,7 @@ on_error = "fail"
         .to_string();
         assert_eq!(
             err,
-            "policy file /etc/registrar/policy.toml, line 6: timeout_ms = 0 is out of range: use 1 to 999"
+            "policy file /etc/registrar/policy.toml, line 6, key plugin.timeout_ms: timeout_ms = 0 is out of range: use 1 to 999"
         );
         let err = parse("[policy.defaults]\ntimeout_ms = 1000\n")
             .unwrap_err()
@@ -582,6 +583,68 @@ on_error = "fail"
         .unwrap_err()
         .to_string();
         assert!(err.contains("line 5") && err.contains("rename"), "{err}");
+    }
+
+    /// What serde refuses names the key it was reading, dotted from the top.
+    #[test]
+    fn a_wrong_type_or_value_names_the_key() {
+        let err = parse("[policy.defaults]\ntimeout_ms = \"100\"\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "policy file /etc/registrar/policy.toml, line 2, key policy.defaults.timeout_ms: invalid type: string \"100\", expected u64"
+        );
+        let err = parse(&format!(
+            "[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\nsha256 = \"{PIN}\"\non_error = \"never\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "policy file /etc/registrar/policy.toml, line 5, key plugin.on_error: unknown variant `never`, expected `fail` or `skip`"
+        );
+        let err = parse("[policy]\ncache_dir = [1]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("policy file /etc/registrar/policy.toml, line 2, key policy.cache_dir: invalid type: sequence"),
+            "{err}"
+        );
+        let Err(PolicyFileError::Invalid { line, key, .. }) =
+            parse("[policy]\nmin_retry_ms = -1\n")
+        else {
+            panic!("a negative number is refused");
+        };
+        assert_eq!((line, key.as_deref()), (2, Some("policy.min_retry_ms")));
+    }
+
+    /// A key given twice is the parser's error, before serde sees a key: the
+    /// key comes from the line.
+    #[test]
+    fn a_duplicate_key_names_the_key() {
+        let err = parse("[policy]\nmin_retry_ms = 5\nmin_retry_ms = 6\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "policy file /etc/registrar/policy.toml, line 3, key min_retry_ms: duplicate key"
+            ),
+            "{err}"
+        );
+    }
+
+    /// `epoch_tick_ms` is retired: an old file that sets it still loads.
+    #[test]
+    fn the_retired_epoch_tick_is_accepted() {
+        assert!(parse("[policy]\nepoch_tick_ms = 10\n").is_ok());
+        let err = parse("[policy]\nepoch_tick = 10\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("key policy.epoch_tick: unknown field"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -46,7 +46,10 @@ fn declared(at: &Option<(PathBuf, usize)>) -> String {
 }
 
 /// Loads the policy `file` names (`None`: the built-in policy).
-pub(crate) fn load(file: Option<&Path>, metrics: &Arc<Metrics>) -> Result<Arc<dyn Policy>, LoadError> {
+pub(crate) fn load(
+    file: Option<&Path>,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<dyn Policy>, LoadError> {
     let Some(path) = file else {
         return Ok(Arc::new(DefaultPolicy));
     };

@@ -33,5 +33,5 @@ pub use decision::{
 };
 pub use file::PolicyFileError;
 pub use hook::Hook;
-pub use load::{LoadError, PluginLoadError};
 pub(crate) use load::load;
+pub use load::{LoadError, PluginLoadError};

@@ -53,4 +53,3 @@ pub(crate) fn read_regular_file(path: &std::path::Path, max: u64) -> std::io::Re
     }
     Ok(bytes)
 }
-

@@ -11,11 +11,11 @@ use tonic::{Request, Response, Status};
 
 use crate::messages;
 use crate::metrics::Metrics;
-use crate::state::StateReader;
 use crate::proto::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
     registration_server::Registration as RegistrationApi,
 };
+use crate::state::StateReader;
 
 /// The plugin type the kubelet routes to its CSI handler.
 pub(crate) const CSI_PLUGIN_TYPE: &str = "CSIPlugin";

@@ -30,15 +30,14 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-            serde_json::from_str(&text)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
         }
         None => Context {
             driver_name: "hostpath.csi.k8s.io".into(),
             driver_version: "1.0.0".into(),
             csi_address: "/csi/csi.sock".into(),
-            kubelet_registration_path:
-                "/var/lib/kubelet/plugins/hostpath.csi.k8s.io/csi.sock".into(),
+            kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath.csi.k8s.io/csi.sock"
+                .into(),
             plugin_registration_path: "/registration".into(),
             node_name: "node-1".into(),
         },
@@ -105,9 +104,9 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
                 }
                 out
             }),
-        _ => chain.registration_from(&ctx, start.clone()).map(
-            |r| serde_json::json!({ "decision": registration_decision(hook, &start, &r) }),
-        ),
+        _ => chain
+            .registration_from(&ctx, start.clone())
+            .map(|r| serde_json::json!({ "decision": registration_decision(hook, &start, &r) })),
     };
     let took = started.elapsed().as_micros() as u64;
     match decided {

@@ -126,7 +126,8 @@ fn usable_dir(dir: &Path) -> Result<(), String> {
 
 /// The compiled bytes of an entry whose tag is right, or why not.
 fn verified(path: &Path, key: &CacheKey, wasm_sha256: &[u8; 32]) -> Result<Vec<u8>, String> {
-    let mut bytes = crate::policy::read::read_regular_file(path, MAX_ENTRY).map_err(|e| e.to_string())?;
+    let mut bytes =
+        crate::policy::read::read_regular_file(path, MAX_ENTRY).map_err(|e| e.to_string())?;
     if bytes.len() < MAGIC.len() + TAG || &bytes[..MAGIC.len()] != MAGIC {
         return Err("not an entry of this registrar (no header)".into());
     }

@@ -30,7 +30,10 @@ pub(crate) fn check_is_component(wasm: &[u8]) -> Result<(), String> {
 
 /// The hook interfaces a component exports, after checking it is a policy
 /// plugin of a version this host implements.
-pub(crate) fn exported_hooks(engine: &Engine, component: &Component) -> Result<BTreeSet<Hook>, String> {
+pub(crate) fn exported_hooks(
+    engine: &Engine,
+    component: &Component,
+) -> Result<BTreeSet<Hook>, String> {
     let mut hooks = BTreeSet::new();
     let mut has_plugin = false;
     let mut foreign = Vec::new();

@@ -10,9 +10,9 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, HasSelf, Linker};
 
 use super::bindings::{self, WIT_PACKAGE, WIT_VERSION};
+use super::component::{self, exported_hooks};
 use super::plugin::{GuestHooks, WasmPlugin};
 use super::sandbox::HostState;
-use super::component::{self, exported_hooks};
 use super::{cache, compiler};
 use crate::metrics::Metrics;
 use crate::policy::chain::{CallError, Chain, PluginHooks};
