@@ -1,4 +1,3 @@
-#![cfg(feature = "wasm")]
 //! The sandbox against hostile plugins: components built without the SDK (WAT)
 //! and the misbehave fixture, each trying one way out of its limits.
 
@@ -8,26 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::*;
-use csi_node_driver_registrar::testing::Metrics;
-use csi_node_driver_registrar::testing::PolicyFile;
-use csi_node_driver_registrar::testing::{Chain, Context, Policy, wasm};
-
-fn ctx() -> Context {
-    Context {
-        node_name: "node-a1".into(),
-        driver_name: "hostpath.csi.k8s.io".into(),
-        driver_version: "1.2.3".into(),
-        csi_address: "unix:///csi/csi.sock".into(),
-        kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath/csi.sock".into(),
-        plugin_registration_path: "/registration".into(),
-    }
-}
-
-fn load(dir: &Path, toml: &str) -> Result<Chain, String> {
-    let file = write_policy(dir, toml);
-    let cfg = PolicyFile::from_file(&file).map_err(|e| e.to_string())?;
-    wasm::load_chain(&cfg, Arc::new(Metrics::new())).map_err(|e| e.to_string())
-}
+use csi_node_driver_registrar::testing::{Chain, Policy};
 
 /// A policy plugin written by hand: `info` and `validate-settings`, and a core
 /// module whose extra memories and tables are given by `extra` (WAT fields).
