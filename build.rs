@@ -15,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_fds(files)?;
 
     println!("cargo:rerun-if-changed=wit/policy.wit");
+    println!("cargo:rerun-if-changed=wit/world_hooks.rs");
     let wit = std::fs::read_to_string("wit/policy.wit")?;
     let hooks = world_hooks(&wit, "registrar-policy")
         .ok_or("wit/policy.wit has no `world registrar-policy { ... }`")?;
@@ -40,15 +41,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The interfaces a world exports, except `plugin` (every plugin's own).
-fn world_hooks(wit: &str, world: &str) -> Option<Vec<String>> {
-    let start = wit.find(&format!("world {world} {{"))?;
-    let body = &wit[start..start + wit[start..].find('}')?];
-    Some(
-        body.lines()
-            .filter_map(|l| l.trim().strip_prefix("export ")?.strip_suffix(';'))
-            .filter(|name| *name != "plugin")
-            .map(str::to_owned)
-            .collect(),
-    )
-}
+include!("wit/world_hooks.rs");

@@ -68,7 +68,7 @@ impl Config {
             );
             return Ok(Start::ExitOk);
         }
-        tracing::info!(version = %format!("v{}", crate::VERSION), "{}", messages::VERSION);
+        tracing::info!(version = %format!("v{}", crate::flags::VERSION), "{}", messages::VERSION);
         let mode = if flags.mode.is_empty() {
             messages::MODE_REGISTRATION
         } else {

@@ -126,6 +126,9 @@ pub struct Flags {
     pub ignored: Vec<String>,
 }
 
+/// The version printed by `--version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// The mode value that turns the binary into an exec probe.
 pub(crate) const MODE_REGISTRATION_PROBE: &str = "kubelet-registration-probe";
 

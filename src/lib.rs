@@ -63,12 +63,11 @@ pub use app::run;
 pub use config::{Config, FlagsError, Start};
 pub use csi::CsiError;
 pub use error::AppError;
-pub use flags::Flags;
+pub use flags::{Flags, VERSION};
 pub use health::HttpError;
-pub use policy::{LoadError, PluginLoadError, PolicyError, PolicyFileError};
+#[cfg(feature = "wasm")]
+pub use policy::PluginLoadError;
+pub use policy::{LoadError, PolicyError, PolicyFileError};
 pub use process::main;
 pub use registration::SocketError;
 pub use validate::NameError;
-
-/// The version printed by `--version`.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");

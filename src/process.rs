@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use crate::config::{Config, Start};
 use crate::error::AppError;
 use crate::flags::Flags;
+use crate::flags::VERSION;
 use crate::logging::{self, Verbosity};
 use crate::registration::remove_live_sockets;
-use crate::{VERSION, app, messages, signal, tools};
+use crate::{app, messages, signal, tools};
 
 /// The registrar's binary: a tool when `args[1]` names one, the registrar
 /// otherwise. Exit codes as upstream: 0 (`--version`, probe mode, SIGTERM),

@@ -42,7 +42,8 @@ pub mod messages {
 pub mod validate {
     pub use crate::validate::*;
 }
-pub use crate::{AppError, Config};
+pub use crate::config::Config;
+pub use crate::error::AppError;
 
 /// The wasmtime host and the author tools' helpers.
 #[cfg(feature = "wasm")]

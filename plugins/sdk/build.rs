@@ -1,4 +1,6 @@
-//! Turns `wit/policy.wit` into the `export_policy!` macro.
+//! Turns `wit/policy.wit` into the `export_policy!` macro. The hooks are those
+//! of the WIT world `registrar-policy`, the one declaration the host's hook
+//! table comes from too.
 //!
 //! `wit_bindgen::generate!` must run in the plugin's own crate (its export
 //! macros cannot be combined across crates), and it only takes the WIT as a
@@ -8,26 +10,36 @@
 
 use std::fmt::Write as _;
 
-const HOOKS: [(&str, &str); 4] = [
-    ("driver_name", "driver-name"),
-    ("versions", "versions"),
-    ("failure", "failure"),
-    ("endpoint", "endpoint"),
-];
+include!("../../wit/world_hooks.rs");
 
 fn main() {
     let manifest = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let wit_path = manifest.join("../../wit/policy.wit");
     println!("cargo:rerun-if-changed={}", wit_path.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest.join("../../wit/world_hooks.rs").display()
+    );
     let mut wit = std::fs::read_to_string(&wit_path).expect("reading wit/policy.wit");
+    let names = world_hooks(&wit, "registrar-policy")
+        .expect("wit/policy.wit has no world registrar-policy");
+    let hooks: Vec<(String, &str)> = names
+        .iter()
+        .map(|h| (h.replace('-', "_"), h.as_str()))
+        .collect();
+    let order = hooks
+        .iter()
+        .map(|h| h.0.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
 
     let mut arms = String::new();
-    for mask in 1u32..16 {
-        let chosen: Vec<_> = HOOKS
+    for mask in 1u32..(1 << hooks.len()) {
+        let chosen: Vec<_> = hooks
             .iter()
             .enumerate()
             .filter(|(i, _)| mask & (1 << i) != 0)
-            .map(|(_, h)| *h)
+            .map(|(_, h)| h)
             .collect();
         let world = format!(
             "sdk-{}",
@@ -43,7 +55,11 @@ fn main() {
         }
         wit.push_str("}\n");
 
-        let idents = chosen.iter().map(|h| h.0).collect::<Vec<_>>().join(", ");
+        let idents = chosen
+            .iter()
+            .map(|h| h.0.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
         let glue: String = chosen
             .iter()
             .map(|h| format!("$crate::__glue_{}!($ty);\n", h.0))
@@ -60,8 +76,8 @@ fn main() {
         r####"
 /// Exports a type as a policy plugin implementing the listed hooks.
 ///
-/// List the hooks in this order: `driver_name`, `versions`, `failure`,
-/// `endpoint`; implement [`Plugin`] and the trait of each listed hook.
+/// List the hooks in this order: {order}; implement [`Plugin`] and the
+/// trait of each listed hook.
 ///
 /// ```ignore
 /// csi_registrar_policy::export_policy!(MyPolicy: driver_name, endpoint);
@@ -69,7 +85,7 @@ fn main() {
 #[macro_export]
 macro_rules! export_policy {{
 {arms}    ($ty:ident: $($other:tt)*) => {{
-        compile_error!("export_policy!: list one or more hooks, in this order: driver_name, versions, failure, endpoint");
+        compile_error!("export_policy!: list one or more hooks, in this order: {order}");
     }};
 }}
 

@@ -15,34 +15,14 @@ pub enum LoadError {
     #[error(transparent)]
     File(#[from] PolicyFileError),
     /// One of its plugins.
+    #[cfg(feature = "wasm")]
     #[error(transparent)]
-    Plugin(#[from] PluginLoadError),
+    Plugin(#[from] super::wasm::PluginLoadError),
     /// A file that names plugins, for a build without the wasm host.
     #[error(
         "policy file {0} names plugins, but this build has no WebAssembly policy host (built without the `wasm` feature): use an image built with it, or remove the [[plugin]] entries"
     )]
     NoWasmHost(PathBuf),
-}
-
-/// A plugin that cannot be loaded, in the plugin author's terms: which
-/// plugin, its file, where the policy file declares it, and why.
-#[derive(Debug, thiserror::Error)]
-#[error("policy plugin {id:?} ({}{}): {message}", path.display(), declared(declared_at))]
-pub struct PluginLoadError {
-    /// The plugin's `id`.
-    pub id: String,
-    /// The component file (or the policy file, when the engine cannot start).
-    pub path: PathBuf,
-    /// The policy file and the line that declare the plugin.
-    pub declared_at: Option<(PathBuf, usize)>,
-    /// What is wrong, and how to fix it.
-    pub message: String,
-}
-
-fn declared(at: &Option<(PathBuf, usize)>) -> String {
-    at.as_ref()
-        .map(|(file, line)| format!(", policy file {} line {line}", file.display()))
-        .unwrap_or_default()
 }
 
 /// Loads the policy `file` names (`None`: the built-in policy).

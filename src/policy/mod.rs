@@ -33,5 +33,7 @@ pub use decision::{
 };
 pub use file::PolicyFileError;
 pub use hook::Hook;
+pub use load::LoadError;
 pub(crate) use load::load;
-pub use load::{LoadError, PluginLoadError};
+#[cfg(feature = "wasm")]
+pub use wasm::PluginLoadError;

@@ -100,7 +100,7 @@ pub(crate) fn entry(engine: &Engine, dir: &Path, wasm_sha256: &[u8; 32]) -> Path
     let mut key = Sha256::new();
     key.update(wasm_sha256);
     key.update(compat.finish().to_le_bytes());
-    key.update(crate::VERSION.as_bytes());
+    key.update(crate::flags::VERSION.as_bytes());
     dir.join(format!("{}.cwasm", hex::encode(&key.finalize()[..16])))
 }
 

@@ -2,7 +2,7 @@
 //! a plugin: read, pin check, compile or cache, link, checks, settings.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -12,41 +12,40 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use super::bindings::{self, WIT_PACKAGE, WIT_VERSION};
 use super::component::{self, exported_hooks};
 use super::plugin::{GuestHooks, WasmPlugin};
-use super::sandbox::HostState;
+use super::sandbox::{HostState, Timers};
 use super::{cache, compiler};
 use crate::metrics::Metrics;
 use crate::policy::chain::{CallError, Chain, PluginHooks};
 use crate::policy::file::{Mode, PluginConfig, PolicyFile};
 use crate::policy::hook::Hook;
-use crate::policy::load::PluginLoadError;
+
+/// A plugin that cannot be loaded, in the plugin author's terms: which
+/// plugin, its file, where the policy file declares it, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("policy plugin {id:?} ({}{}): {message}", path.display(), declared(declared_at))]
+pub struct PluginLoadError {
+    /// The plugin's `id`.
+    pub id: String,
+    /// The component file (or the policy file, when the engine cannot start).
+    pub path: PathBuf,
+    /// The policy file and the line that declare the plugin.
+    pub declared_at: Option<(PathBuf, usize)>,
+    /// What is wrong, and how to fix it.
+    pub message: String,
+}
+
+fn declared(at: &Option<(PathBuf, usize)>) -> String {
+    at.as_ref()
+        .map(|(file, line)| format!(", policy file {} line {line}", file.display()))
+        .unwrap_or_default()
+}
 
 /// The engine, the linker and the deadline timers shared by every plugin.
 pub struct Host {
-    pub(super) engine: Engine,
+    engine: Engine,
     linker: Linker<HostState>,
-    /// Drives the per-call deadline timers and the WASI clocks. Its one thread
-    /// sleeps without a timeout while no call is in flight.
-    pub(super) timers: Timers,
-}
-
-/// A runtime that may be dropped anywhere: the last plugin of a policy can be
-/// dropped on the registrar's own runtime (a reload, the exit), where a
-/// blocking drop is not allowed. Nothing it runs needs waiting for.
-pub(crate) struct Timers(Option<tokio::runtime::Runtime>);
-
-impl std::ops::Deref for Timers {
-    type Target = tokio::runtime::Runtime;
-    fn deref(&self) -> &Self::Target {
-        self.0.as_ref().expect("present until dropped")
-    }
-}
-
-impl Drop for Timers {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
+    /// Drives the per-call deadline timers and the WASI clocks.
+    timers: Arc<Timers>,
 }
 
 impl Host {
@@ -59,17 +58,10 @@ impl Host {
             |s| s,
         )?;
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        let timers = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name("wasm-timers")
-            .enable_time()
-            .build()
-            .map(|rt| Timers(Some(rt)))?;
         Ok(Arc::new(Host {
             engine,
             linker,
-            timers,
+            timers: Arc::new(Timers::new()?),
         }))
     }
 
@@ -140,7 +132,8 @@ impl Host {
             .map_err(|e| fail(component::link_error(&e)))?;
         let index = |e: wasmtime::Error| fail(format!("{e:#}"));
         let plugin = WasmPlugin {
-            host: self.clone(),
+            engine: self.engine.clone(),
+            timers: self.timers.clone(),
             id: Arc::from(cfg.id.as_str()),
             mode: cfg.mode,
             on_error: cfg.on_error,

@@ -29,5 +29,5 @@ mod sandbox;
 pub(crate) use bindings::WIT_PACKAGE;
 pub(crate) use compiler::{compile_in_child_processes, compile_worker};
 pub(crate) use component::{check_is_component, read_component};
-pub use host::{Host, load_chain};
+pub use host::{Host, PluginLoadError, load_chain};
 pub use plugin::WasmPlugin;

@@ -12,8 +12,7 @@ use super::bindings::csi_registrar::policy::types::{PolicyError, RegistrationCon
 use super::bindings::exports::csi_registrar::policy::{
     driver_name, endpoint, failure, plugin, versions,
 };
-use super::host::Host;
-use super::sandbox::{self, CallSpec, HostState, MAX_LOG_MESSAGE};
+use super::sandbox::{self, CallSpec, HostState, MAX_LOG_MESSAGE, Timers};
 use crate::policy::chain::{CallError, PluginHooks};
 use crate::policy::decision::{Context, Failure, FailureAction};
 use crate::policy::file::{Mode, OnError};
@@ -54,7 +53,8 @@ for_each_hook!(define_guest_hooks);
 
 /// A loaded plugin; cheap to call, nothing shared between calls.
 pub struct WasmPlugin {
-    pub(super) host: Arc<Host>,
+    pub(super) engine: wasmtime::Engine,
+    pub(super) timers: Arc<Timers>,
     pub(super) id: Arc<str>,
     pub(super) mode: Mode,
     pub(super) on_error: OnError,
@@ -88,8 +88,8 @@ impl WasmPlugin {
     ) -> Result<R, CallError> {
         sandbox::call(
             CallSpec {
-                engine: &self.host.engine,
-                timers: &self.host.timers,
+                engine: &self.engine,
+                timers: &self.timers,
                 pre: &self.pre,
                 plugin: &self.id,
                 hook,

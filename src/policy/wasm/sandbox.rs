@@ -27,6 +27,39 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::csi_registrar::policy::host_log;
 use crate::policy::chain::CallError;
 
+/// A runtime that may be dropped anywhere: the last plugin of a policy can be
+/// dropped on the registrar's own runtime (a reload, the exit), where a
+/// blocking drop is not allowed. Nothing it runs needs waiting for.
+pub(crate) struct Timers(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for Timers {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Timers {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Timers {
+    /// One thread, which sleeps without a timeout while no call is in flight.
+    pub(crate) fn new() -> std::io::Result<Self> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .thread_name("wasm-timers")
+            .enable_time()
+            .build()
+            .map(|rt| Timers(Some(rt)))
+    }
+}
+
 /// Per-call caps on what a plugin may log.
 pub(super) const MAX_LOG_MESSAGE: usize = 4096;
 const MAX_LOG_LINES_PER_CALL: u32 = 64;
