@@ -7,21 +7,22 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::{Stream, StreamExt};
 use tonic::transport::Server;
 
 use crate::config::Config;
-use crate::csi::{self, Driver, DriverWatch};
+use crate::csi;
 use crate::error::AppError;
 use crate::health;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::proto::registration::registration_server::RegistrationServer;
-use crate::registrar::{self, Registrar, SHUTDOWN_GRACE};
+use crate::registrar::{self, Registrar};
 use crate::registration::{AbortOnDrop, RegistrationService, Slot};
 use crate::state::State;
 
@@ -55,10 +56,13 @@ pub(crate) async fn run_with(
     }
 }
 
+/// How long in-flight kubelet calls may take to finish on the way out.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// The registrar until the policy decides to exit (or an error).
 async fn serve(
     config: Config,
-    mut reloads: impl Stream<Item = ()> + Unpin,
+    reloads: impl Stream<Item = ()> + Unpin,
     state: Arc<State>,
     policy: Option<Arc<dyn Policy>>,
 ) -> Result<u8, AppError> {
@@ -76,7 +80,7 @@ async fn serve(
     let ctx = registrar::context(&config, &info);
     let registration = registrar::decide(&policy, &ctx).await?;
 
-    let (verdict_tx, mut verdicts) = mpsc::unbounded_channel();
+    let (verdict_tx, verdicts) = mpsc::unbounded_channel();
     let service = RegistrationService::new(state.reader(), verdict_tx, state.metrics().clone());
     let (conn_tx, conn_rx) = mpsc::channel(16);
     let (stop_server, server_stopped) = oneshot::channel::<()>();
@@ -88,56 +92,21 @@ async fn serve(
             }),
     );
     let slot = Slot::new(config.plugin_registration_path.clone(), conn_tx);
-    let watch = config
-        .probe_interval
-        .map(|every| DriverWatch::new(&config.csi_socket, every));
-    let mut registrar = Registrar {
-        config,
-        state,
-        policy,
-        ctx,
-        driver,
-        watch,
-        slot,
-        streak: None,
-        retry_at: None,
-    };
-    registrar.listen(&registration, "startup")?;
-    if registrar.config.http_endpoint.is_none() {
-        // Where upstream says it: after the registration server started.
-        tracing::info!("{}", crate::messages::SKIPPING_HTTP_SERVER);
-    }
-
-    // Every arm returns at once: no event waits for another to finish.
-    let code = loop {
-        let r = &mut registrar;
-        tokio::select! {
-            Some(verdict) = verdicts.recv() => {
-                if let Some(code) = r.on_verdict(verdict).await? {
-                    break code;
-                }
-            }
-            () = Registrar::retry_due(r.retry_at) => r.on_retry_due()?,
-            () = r.slot.changed() => r.on_registry_event()?,
-            () = driver_event(&r.driver, &mut r.watch) => r.on_driver_event().await?,
-            Some(()) = reloads.next() => r.on_reload().await?,
-        }
-    };
+    let registrar = Registrar::new(config, state, policy, ctx, driver, slot);
+    let code = registrar.run(&registration, verdicts, reloads).await?;
 
     // Let in-flight kubelet calls (the NotifyRegistrationStatus that led here) get their reply.
     let _ = stop_server.send(());
     if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
         tracing::warn!(grace = ?SHUTDOWN_GRACE, "Kubelet calls still running after the grace period; stopping anyway");
     }
-    registrar.slot.close();
-    registrar.state.closed();
     Ok(code)
 }
 
 async fn serve_http(
     address: &str,
     state: &State,
-    timeout: std::time::Duration,
+    timeout: Duration,
 ) -> Result<AbortOnDrop, AppError> {
     let listener = health::bind_http(address).await?;
     tracing::info!(endpoint = %address, "{}", crate::messages::STARTING_HTTP_SERVER);
@@ -147,12 +116,4 @@ async fn serve_http(
             tracing::error!(error = %e, "HTTP server stopped");
         }
     })))
-}
-
-/// Resolves when the driver should be looked at (never without a watch).
-async fn driver_event(driver: &Driver, watch: &mut Option<DriverWatch>) {
-    match watch {
-        Some(watch) => watch.changed(driver.closed()).await,
-        None => std::future::pending().await,
-    }
 }

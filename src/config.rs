@@ -1,6 +1,6 @@
 //! The registrar's configuration: upstream's flags checked in upstream's order.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::flags::{Flags, MODE_REGISTRATION_PROBE};
@@ -56,6 +56,24 @@ pub enum Start {
 }
 
 impl Config {
+    /// What the flags' defaults give for a driver socket, the path the
+    /// kubelet advertises for it, and a plugin registry: no HTTP server, no
+    /// policy file, no node name, and the driver awaited forever.
+    pub fn new(csi_socket: &Path, kubelet_registration_path: &str, registry: &Path) -> Self {
+        Config {
+            csi_address: format!("unix://{}", csi_socket.display()),
+            csi_socket: csi_socket.to_owned(),
+            kubelet_registration_path: kubelet_registration_path.to_owned(),
+            plugin_registration_path: registry.to_owned(),
+            timeout: Duration::from_secs(1),
+            http_endpoint: None,
+            driver_wait: None,
+            probe_interval: Some(Duration::from_secs(10)),
+            node_name: String::new(),
+            policy_config: None,
+        }
+    }
+
     /// Upstream's start-up checks, in upstream's order. `node_name` comes from
     /// `KUBE_NODE_NAME`, read by `main` so that tests never touch the environment.
     pub fn from_flags(flags: &Flags, node_name: String) -> Result<Start, FlagsError> {

@@ -21,6 +21,8 @@ use clap::{ArgAction, Parser};
     // Go's flag package takes a repeated flag's last value.
     args_override_self = true
 )]
+// The field docs are the `--help` text, in upstream's words ("[Alpha]", "<port>").
+#[allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 pub struct Flags {
     /// Path of the CSI driver socket inside the container (a bare path or unix://path).
     #[arg(long = "csi-address", default_value = "/run/csi/socket")]

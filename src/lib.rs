@@ -21,7 +21,7 @@
 //!   the generated protos, Kubernetes log formats, Prometheus metrics.
 //! - `flags` (upstream's command line) and `config` (those flags checked).
 //! - `csi/`: the driver's client, discovery, and the watch that notices it change.
-//! - `policy/`: the [`Policy`](policy) seam, the built-in default, the hook
+//! - `policy/`: the `Policy` seam, the built-in default, the hook
 //!   table, the policy file, the plugin chain, and (feature `wasm`) the wasmtime host.
 //! - `state`: the one owner of the registration's state (what is advertised,
 //!   the kubelet's verdict, the driver's health), behind a watch channel.

@@ -1,8 +1,8 @@
-//! The running registrar: the loop's state, and one method per kind of event.
+//! The running registrar: the loop, its state, and one method per kind of event.
 //!
-//! The loop in `app` selects on the events; every handler returns at once, so
+//! [`Registrar::run`] selects on the events; every handler returns at once, so
 //! every event is heard while another waits. A retry back-off in particular is
-//! a deadline the loop selects on ([`Registrar::retry_due`]), not a sleep.
+//! a deadline the loop selects on, not a sleep.
 //!
 //! # A back-off, and what ends it early
 //!
@@ -21,9 +21,10 @@
 //!   each attempt keeps doing so across these events.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_stream::{Stream, StreamExt};
 
 use crate::config::Config;
 use crate::csi::{self, CsiError, Driver, DriverWatch, PluginInfo, Refreshed};
@@ -35,22 +36,80 @@ use crate::validate;
 
 /// The loop's state.
 pub(crate) struct Registrar {
-    pub(crate) config: Config,
-    pub(crate) state: Arc<State>,
-    pub(crate) policy: Arc<dyn Policy>,
-    pub(crate) ctx: Context,
+    config: Config,
+    state: Arc<State>,
+    policy: Arc<dyn Policy>,
+    ctx: Context,
     /// The CSI driver.
-    pub(crate) driver: Driver,
+    driver: Driver,
     /// When to look at the driver again (`None`: never, `--driver-probe-interval=0`).
-    pub(crate) watch: Option<DriverWatch>,
-    pub(crate) slot: Slot,
+    watch: Option<DriverWatch>,
+    slot: Slot,
     /// Consecutive refusals: how many, and since when.
-    pub(crate) streak: Option<(u32, Instant)>,
+    streak: Option<(u32, Instant)>,
     /// When the socket closed for a retry is created again.
-    pub(crate) retry_at: Option<Instant>,
+    retry_at: Option<Instant>,
 }
 
 impl Registrar {
+    /// The registrar for the driver `driver` answered as `ctx` says, serving
+    /// on `slot`, not listening yet.
+    pub(crate) fn new(
+        config: Config,
+        state: Arc<State>,
+        policy: Arc<dyn Policy>,
+        ctx: Context,
+        driver: Driver,
+        slot: Slot,
+    ) -> Self {
+        let watch = config
+            .probe_interval
+            .map(|every| DriverWatch::new(&config.csi_socket, every));
+        Registrar {
+            config,
+            state,
+            policy,
+            ctx,
+            driver,
+            watch,
+            slot,
+            streak: None,
+            retry_at: None,
+        }
+    }
+
+    /// Serves `registration`, then handles events until the failure policy
+    /// decides to exit (its code) or an error. The socket is closed on return.
+    pub(crate) async fn run(
+        mut self,
+        registration: &Registration,
+        mut verdicts: mpsc::UnboundedReceiver<Verdict>,
+        mut reloads: impl Stream<Item = ()> + Unpin,
+    ) -> Result<u8, AppError> {
+        self.listen(registration, "startup")?;
+        if self.config.http_endpoint.is_none() {
+            // Where upstream says it: after the registration server started.
+            tracing::info!("{}", crate::messages::SKIPPING_HTTP_SERVER);
+        }
+        // Every arm returns at once: no event waits for another to finish.
+        let code = loop {
+            tokio::select! {
+                Some(verdict) = verdicts.recv() => {
+                    if let Some(code) = self.on_verdict(verdict).await? {
+                        break code;
+                    }
+                }
+                () = retry_due(self.retry_at) => self.on_retry_due()?,
+                () = self.slot.changed() => self.on_registry_event()?,
+                () = driver_event(&self.driver, &mut self.watch) => self.on_driver_event().await?,
+                Some(()) = reloads.next() => self.on_reload().await?,
+            }
+        };
+        self.slot.close();
+        self.state.closed();
+        Ok(code)
+    }
+
     /// The registration being advertised (set by the first [`Registrar::listen`]).
     fn current(&self) -> Registration {
         self.state
@@ -61,11 +120,7 @@ impl Registrar {
     }
 
     /// Serves `registration` (ending any back-off) and records the outcome.
-    pub(crate) fn listen(
-        &mut self,
-        registration: &Registration,
-        reason: &str,
-    ) -> Result<(), AppError> {
+    fn listen(&mut self, registration: &Registration, reason: &str) -> Result<(), AppError> {
         self.retry_at = None;
         match self.slot.listen(&registration.name, reason)? {
             Listened::Serving(socket) => self.state.serving(registration, socket, reason),
@@ -74,22 +129,14 @@ impl Registrar {
         Ok(())
     }
 
-    /// Resolves when a retry back-off ends; never while none runs. Cancel-safe.
-    pub(crate) async fn retry_due(at: Option<Instant>) {
-        match at {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    }
-
     /// The back-off ended: offer the registration to the kubelet again.
-    pub(crate) fn on_retry_due(&mut self) -> Result<(), AppError> {
+    fn on_retry_due(&mut self) -> Result<(), AppError> {
         let current = self.current();
         self.listen(&current, "retry")
     }
 
     /// The kubelet's verdict. `Some(code)`: the policy decided to exit.
-    pub(crate) async fn on_verdict(&mut self, verdict: Verdict) -> Result<Option<u8>, AppError> {
+    async fn on_verdict(&mut self, verdict: Verdict) -> Result<Option<u8>, AppError> {
         let Verdict { registered, error } = verdict;
         self.state.verdict(registered, &error);
         if registered {
@@ -140,7 +187,7 @@ impl Registrar {
 
     /// Something changed in the registry directory: re-create our socket if
     /// it was deleted, stand by for a newer instance's.
-    pub(crate) fn on_registry_event(&mut self) -> Result<(), AppError> {
+    fn on_registry_event(&mut self) -> Result<(), AppError> {
         let current = self.current();
         match self.slot.reconcile(&current.name)? {
             Some(Listened::Serving(socket)) => self.state.serving(&current, socket, "deleted"),
@@ -153,7 +200,7 @@ impl Registrar {
     /// The driver may have changed (its connection ended, its socket file
     /// changed, or a planned look is due): one GetPluginInfo, over a new
     /// connection if needed, proves it alive and tells whether it changed.
-    pub(crate) async fn on_driver_event(&mut self) -> Result<(), AppError> {
+    async fn on_driver_event(&mut self) -> Result<(), AppError> {
         let timeout = self.config.timeout;
         let answer = tokio::time::timeout(timeout, async {
             let refreshed = self.driver.refresh().await.map_err(CsiError::Dial)?;
@@ -195,7 +242,7 @@ impl Registrar {
 
     /// SIGHUP: load the policy again; a policy that fails to load or to
     /// decide is not taken, and the last good one stays.
-    pub(crate) async fn on_reload(&mut self) -> Result<(), AppError> {
+    async fn on_reload(&mut self) -> Result<(), AppError> {
         let Some(file) = self.config.policy_config.clone() else {
             tracing::info!("SIGHUP without --policy-config: nothing to reload");
             return Ok(());
@@ -221,6 +268,22 @@ impl Registrar {
             }
         }
         Ok(())
+    }
+}
+
+/// Resolves when a retry back-off ends; never while none runs. Cancel-safe.
+async fn retry_due(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the driver should be looked at (never without a watch).
+async fn driver_event(driver: &Driver, watch: &mut Option<DriverWatch>) {
+    match watch {
+        Some(watch) => watch.changed(driver.closed()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -274,6 +337,3 @@ pub(crate) async fn decide(
     }
     Ok(registration)
 }
-
-/// How long in-flight kubelet calls may take to finish on the way out.
-pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

@@ -62,16 +62,9 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 /// interval of an hour), so a test sees what events did.
 pub fn config(csi: &Path, registry: &Path) -> Config {
     Config {
-        csi_address: format!("unix://{}", csi.display()),
-        csi_socket: csi.to_owned(),
-        kubelet_registration_path: csi.display().to_string(),
-        plugin_registration_path: registry.to_owned(),
-        timeout: Duration::from_secs(1),
-        http_endpoint: None,
-        driver_wait: None,
         probe_interval: Some(Duration::from_secs(3600)),
         node_name: "node-a1".into(),
-        policy_config: None,
+        ..Config::new(csi, &csi.display().to_string(), registry)
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use csi_node_driver_registrar::Config;
 use csi_node_driver_registrar::testing::{
     Context, DefaultPolicy, DriverSpec, Failure, FailureAction, FakeDriver, FakeKubelet, Harness,
     KubeletBehaviour, Policy, PolicyError, Registration, Snapshot,
@@ -41,25 +42,45 @@ fn backing_off(s: &Snapshot) -> bool {
     s.retry_in.is_some() && !s.serving
 }
 
-/// The registrar with `policy`, its socket refused once by the kubelet, and
-/// now backing off.
-async fn refused(sb: &Sandbox, policy: Retry) -> (FakeDriver, Harness) {
+/// The kubelet refuses the registration on the socket for `name`.
+async fn refuse(sb: &Sandbox, name: &str) {
+    let kubelet = FakeKubelet::new(KubeletBehaviour {
+        refuse_with: Some("error updating CSINode object: conflict".into()),
+    });
+    let attempt = kubelet.register(&sb.socket(name)).await.unwrap();
+    assert!(!attempt.sent.plugin_registered);
+}
+
+/// The registrar with `config` and `policy`, its socket refused once by the
+/// kubelet, and now backing off for a minute.
+async fn refused(sb: &Sandbox, config: Config, policy: Retry) -> (FakeDriver, Harness) {
     let name = format!("{DRIVER}{}", policy.suffix);
     let driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
         .await
         .unwrap();
-    let mut registrar = Harness::with_policy(sb.config(), Arc::new(policy));
+    let mut registrar = Harness::with_policy(config, Arc::new(policy));
     registrar.wait_for("the socket", serving(&name)).await;
-    let kubelet = FakeKubelet::new(KubeletBehaviour {
-        refuse_with: Some("error updating CSINode object: conflict".into()),
-    });
-    let attempt = kubelet.register(&sb.socket(&name)).await.unwrap();
-    assert!(!attempt.sent.plugin_registered);
+    refuse(sb, &name).await;
     let s = registrar.wait_for("the back-off", backing_off).await;
     assert_eq!(s.retry_in, Some(MINUTE));
     assert!(!sb.socket(&name).exists(), "the socket is closed meanwhile");
     (driver, registrar)
 }
+
+/// A configuration whose policy file names no plugins: a reload gives the
+/// built-in policy.
+fn with_empty_policy_file(sb: &Sandbox) -> Config {
+    let file = write_policy(sb.dir.path(), "# no plugins: the built-in policy\n");
+    Config {
+        policy_config: Some(file),
+        ..sb.config()
+    }
+}
+
+const RETRY_A_MINUTE: Retry = Retry {
+    delay: MINUTE,
+    suffix: "",
+};
 
 #[tokio::test]
 async fn a_back_off_ends_by_re_creating_the_socket() {
@@ -73,17 +94,7 @@ async fn a_back_off_ends_by_re_creating_the_socket() {
         .unwrap();
     let mut registrar = Harness::with_policy(sb.config(), Arc::new(policy));
     registrar.wait_for("the socket", serving(DRIVER)).await;
-    let kubelet = FakeKubelet::new(KubeletBehaviour {
-        refuse_with: Some("conflict".into()),
-    });
-    assert!(
-        !kubelet
-            .register(&sb.socket(DRIVER))
-            .await
-            .unwrap()
-            .sent
-            .plugin_registered
-    );
+    refuse(&sb, DRIVER).await;
     let s = registrar
         .wait_for("the socket again", |s| s.serving && s.sockets_created == 2)
         .await;
@@ -109,11 +120,7 @@ async fn a_back_off_ends_by_re_creating_the_socket() {
 #[tokio::test]
 async fn a_driver_change_during_a_back_off_is_registered_at_once() {
     let sb = Sandbox::new();
-    let policy = Retry {
-        delay: MINUTE,
-        suffix: "",
-    };
-    let (driver, mut registrar) = refused(&sb, policy).await;
+    let (driver, mut registrar) = refused(&sb, sb.config(), RETRY_A_MINUTE).await;
     driver.stop().await;
     let _new = FakeDriver::start(&sb.csi, DriverSpec::named("nfs.csi.k8s.io"))
         .await
@@ -136,11 +143,7 @@ async fn a_driver_change_during_a_back_off_is_registered_at_once() {
 #[tokio::test]
 async fn a_driver_back_unchanged_during_a_back_off_leaves_it_running() {
     let sb = Sandbox::new();
-    let policy = Retry {
-        delay: MINUTE,
-        suffix: "",
-    };
-    let (driver, mut registrar) = refused(&sb, policy).await;
+    let (driver, mut registrar) = refused(&sb, sb.config(), RETRY_A_MINUTE).await;
     driver.stop().await;
     registrar
         .wait_for("the driver noticed gone", |s| s.driver_down.is_some())
@@ -159,31 +162,11 @@ async fn a_driver_back_unchanged_during_a_back_off_leaves_it_running() {
 #[tokio::test]
 async fn a_reload_that_changes_the_registration_ends_a_back_off_at_once() {
     let sb = Sandbox::new();
-    let file = write_policy(sb.dir.path(), "# no plugins: the built-in policy\n");
-    let mut config = sb.config();
-    config.policy_config = Some(file);
     let policy = Retry {
         delay: MINUTE,
         suffix: "-pool-a",
     };
-    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
-        .await
-        .unwrap();
-    let mut registrar = Harness::with_policy(config, Arc::new(policy));
-    let renamed = format!("{DRIVER}-pool-a");
-    registrar.wait_for("the socket", serving(&renamed)).await;
-    let kubelet = FakeKubelet::new(KubeletBehaviour {
-        refuse_with: Some("conflict".into()),
-    });
-    assert!(
-        !kubelet
-            .register(&sb.socket(&renamed))
-            .await
-            .unwrap()
-            .sent
-            .plugin_registered
-    );
-    registrar.wait_for("the back-off", backing_off).await;
+    let (_driver, mut registrar) = refused(&sb, with_empty_policy_file(&sb), policy).await;
 
     // SIGHUP: the file names no plugins, so the built-in policy decides the
     // driver's own name, and that registration is offered now.
@@ -205,31 +188,7 @@ async fn a_reload_that_changes_the_registration_ends_a_back_off_at_once() {
 #[tokio::test]
 async fn a_reload_that_keeps_the_registration_leaves_a_back_off_running() {
     let sb = Sandbox::new();
-    let file = write_policy(sb.dir.path(), "# no plugins: the built-in policy\n");
-    let mut config = sb.config();
-    config.policy_config = Some(file);
-    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
-        .await
-        .unwrap();
-    let policy = Retry {
-        delay: MINUTE,
-        suffix: "",
-    };
-    let mut registrar = Harness::with_policy(config, Arc::new(policy));
-    registrar.wait_for("the socket", serving(DRIVER)).await;
-    let kubelet = FakeKubelet::new(KubeletBehaviour {
-        refuse_with: Some("conflict".into()),
-    });
-    assert!(
-        !kubelet
-            .register(&sb.socket(DRIVER))
-            .await
-            .unwrap()
-            .sent
-            .plugin_registered
-    );
-    registrar.wait_for("the back-off", backing_off).await;
-
+    let (_driver, mut registrar) = refused(&sb, with_empty_policy_file(&sb), RETRY_A_MINUTE).await;
     registrar.reload();
     let s = registrar.wait_for("the reload", |s| s.reloads == 1).await;
     assert!(backing_off(&s), "the refusal still stands: {s:#?}");

@@ -38,18 +38,13 @@ pub(crate) async fn run(policy: Option<PathBuf>) -> anyhow::Result<()> {
         csi_socket.display()
     );
 
+    // The driver's socket as the kubelet sees it: in the demo, the same path.
     let config = Config {
-        csi_address: format!("unix://{}", csi_socket.display()),
-        csi_socket: csi_socket.clone(),
-        // The driver's socket as the kubelet sees it: in the demo, the same path.
-        kubelet_registration_path: csi_socket.display().to_string(),
-        plugin_registration_path: registry.clone(),
-        timeout: Duration::from_secs(1),
-        http_endpoint: None,
         driver_wait: Some(Duration::from_secs(10)),
         probe_interval: None,
         node_name: "demo-node".into(),
         policy_config: policy,
+        ..Config::new(&csi_socket, &csi_socket.display().to_string(), &registry)
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let state = Arc::new(State::new(Arc::new(Metrics::new())));
