@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Python and JavaScript ports of pool-suffix with their pinned tools
 # (componentize-py from PyPI, componentize-js from npm) and checks them in the
-# real host: imports, hooks, a decision, a settings refusal, and a whole
-# registration through the demo with a pinned policy. Uses the release binary,
+# real host: imports, hooks, a decision, a settings refusal, the Rust
+# example's cases.toml (plugin test), and a whole registration through the
+# demo with a pinned policy. Uses the release binary,
 # since compiling a 12-18 MB component in a debug build of wasmtime is slow.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -34,6 +35,10 @@ PY
 
     if err=$("$bin" plugin validate "$wasm" --settings-json '{"suffix": "a/b"}' 2>&1); then fail "$lang: bad settings accepted"; fi
     grep -q "the plugin refused its settings: suffix .a/b. contains ./.; use letters" <<<"$err" || fail "$lang: settings error: $err"
+    passed=$((passed + 1))
+
+    # The Rust example's cases, unchanged: every language decides alike.
+    "$bin" plugin test examples/pool-suffix/cases.toml --plugin "$wasm" || fail "$lang: cases"
     passed=$((passed + 1))
 
     dir=$(mktemp -d)

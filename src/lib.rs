@@ -18,7 +18,8 @@
 //!
 //! - `messages`, `validate`, `uds`, `dir_watch`, `proto`, `logging`, `metrics`:
 //!   upstream's log lines, the kubelet's rules, gRPC over unix sockets, inotify,
-//!   the generated protos, Kubernetes log formats, Prometheus metrics.
+//!   the generated protos, Kubernetes log formats, Prometheus metrics;
+//!   `toml_file`: TOML whose errors name the line and the key.
 //! - `flags` (upstream's command line) and `config` (those flags checked).
 //! - `csi/`: the driver's client, discovery, and the watch that notices it change.
 //! - `policy/`: the `Policy` seam, the built-in default, the hook
@@ -55,6 +56,7 @@ pub mod signal;
 mod state;
 #[doc(hidden)]
 pub mod testing;
+mod toml_file;
 mod tools;
 mod uds;
 mod validate;

@@ -290,3 +290,127 @@ fn plugin_run_and_the_registrar_agree_on_every_hook() {
         FailureAction::Retry(Duration::from_millis(500))
     );
 }
+
+/// Every example's `cases.toml` passes through the registrar's decision path.
+#[test]
+fn every_examples_cases_pass() {
+    plugin("pool-suffix"); // builds the plugins workspace
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/examples");
+    for example in [
+        "pool-suffix",
+        "versions",
+        "endpoint-template",
+        "retry-backoff",
+        "default-policy",
+    ] {
+        let cases = examples.join(example).join("cases.toml");
+        let (code, out, err) = tool(&["plugin", "test", cases.to_str().unwrap()]);
+        assert_eq!(code, 0, "{example}:\n{out}\n{err}");
+        let last = out.lines().last().unwrap_or_default();
+        assert!(
+            last.ends_with(" passed, 0 failed") && !last.starts_with("0 "),
+            "{example}: {out}"
+        );
+    }
+}
+
+/// A wrong expectation is a FAIL line that says what differs, the count says
+/// so, the exit code is 1, and the JUnit file records the failure.
+#[test]
+fn a_wrong_case_fails_with_the_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.toml");
+    std::fs::write(
+        &cases,
+        r#"[settings]
+suffix = "-pool-a"
+
+[[case]]
+name = "right"
+hook = "driver-name"
+expect = { rename = "hostpath.csi.k8s.io-pool-a" }
+
+[[case]]
+name = "wrong"
+hook = "driver-name"
+expect = { rename = "hostpath.csi.k8s.io-pool-b" }
+
+[[case]]
+name = "expects a refusal"
+hook = "driver-name"
+expect = { error = "at most 63" }
+"#,
+    )
+    .unwrap();
+    let junit = dir.path().join("junit.xml");
+    let wasm = plugin("pool-suffix");
+    let (code, out, err) = tool(&[
+        "plugin",
+        "test",
+        cases.to_str().unwrap(),
+        "--plugin",
+        wasm.to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    let lines: Vec<_> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "PASS  right",
+            "FAIL  wrong: expected the decision {\"rename\":\"hostpath.csi.k8s.io-pool-b\"}, got {\"rename\":\"hostpath.csi.k8s.io-pool-a\"}",
+            "FAIL  expects a refusal: expected a refusal containing \"at most 63\", got the decision {\"rename\":\"hostpath.csi.k8s.io-pool-a\"}",
+            "1 passed, 2 failed",
+        ]
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("tests=\"3\"") && xml.contains("failures=\"2\""),
+        "{xml}"
+    );
+    assert!(xml.contains("<testcase name=\"wrong\""), "{xml}");
+}
+
+/// A mistake in the cases file is reported as a policy file's would be: the
+/// file, the line, the key, and what is expected.
+#[test]
+fn a_bad_cases_file_names_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.toml");
+    let wasm = plugin("pool-suffix");
+    for (text, expected) in [
+        (
+            "[[case]]\nname = \"x\"\nhook = \"rename\"\nexpect = \"keep\"\n",
+            "line 3, key case.hook: unknown variant `rename`, expected one of `driver-name`, `versions`, `failure`, `endpoint`",
+        ),
+        (
+            "[[case]]\nname = \"x\"\nhook = \"driver-name\"\nexpected = \"keep\"\n",
+            "line 4, key case.expected: unknown field `expected`",
+        ),
+        (
+            "[[case]]\nname = \"x\"\nhook = \"driver-name\"\n",
+            "key case: missing field `expect`",
+        ),
+        (
+            "# nothing\n",
+            "has no cases: add one or more [[case]] tables",
+        ),
+    ] {
+        std::fs::write(&cases, text).unwrap();
+        let (code, out, err) = tool(&[
+            "plugin",
+            "test",
+            cases.to_str().unwrap(),
+            "--plugin",
+            wasm.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 1, "{out}\n{err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with(&format!("error: cases file {}", cases.display()))
+                && first.contains(expected),
+            "expected {expected:?} in the first line: {err}"
+        );
+    }
+}

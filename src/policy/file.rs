@@ -27,6 +27,7 @@ use toml::Spanned;
 
 use super::hook::Hook;
 use super::read::{MAX_POLICY_FILE, read_regular_file};
+use crate::toml_file::{self, line_of};
 
 /// Deadline of one plugin call unless the file says otherwise.
 pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 100;
@@ -206,32 +207,11 @@ impl PolicyFile {
 
     /// Parses `text`; `path` names the file in messages and anchors relative plugin paths.
     pub fn from_toml_str(text: &str, path: &Path) -> Result<Self, PolicyFileError> {
-        let raw: RawFile = parse(text).map_err(|(key, e)| {
-            // One line: the file, the line, the key and the cause (the
-            // parser's own text quotes the whole line, which may be huge).
-            let message = e.message().trim_end();
-            let (line, key, message) = match e.span() {
-                _ if message.contains("recurs") => {
-                    let (line, depth) = deepest_line(text);
-                    (
-                        line,
-                        None,
-                        format!("{message}: keys or values nested {depth} levels deep; flatten this line"),
-                    )
-                }
-                Some(span) => {
-                    let line = line_of(text, span.start);
-                    let key = key.or_else(|| key_on_line(text, line));
-                    (line, key, message.replace('\n', " "))
-                }
-                None => (1, key, message.replace('\n', " ")),
-            };
-            PolicyFileError::Invalid {
-                path: path.to_owned(),
-                line,
-                key,
-                message,
-            }
+        let raw: RawFile = toml_file::from_str(text).map_err(|e| PolicyFileError::Invalid {
+            path: path.to_owned(),
+            line: e.line,
+            key: e.key,
+            message: e.message,
         })?;
         let invalid =
             |span: std::ops::Range<usize>, key: &str, message: String| PolicyFileError::Invalid {
@@ -393,48 +373,6 @@ impl PolicyFile {
     }
 }
 
-/// Deserializes the file, keeping the dotted key of a value serde refused
-/// (array indices left out: the line tells which entry).
-fn parse(text: &str) -> Result<RawFile, (Option<String>, toml::de::Error)> {
-    let de = toml::Deserializer::parse(text).map_err(|e| (None, e))?;
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let key = e
-            .path()
-            .iter()
-            .filter_map(|seg| match seg {
-                serde_path_to_error::Segment::Map { key } => Some(key.as_str()),
-                serde_path_to_error::Segment::Enum { variant } => Some(variant.as_str()),
-                _ => None,
-            })
-            .filter(|k| !k.starts_with("$__"))
-            .collect::<Vec<_>>()
-            .join(".");
-        ((!key.is_empty()).then_some(key), e.into_inner())
-    })
-}
-
-/// The key a `key = value` line sets, for errors the parser finds before
-/// serde sees a key (a duplicate key, a bad value).
-fn key_on_line(text: &str, line: usize) -> Option<String> {
-    let (key, _) = text.lines().nth(line - 1)?.split_once('=')?;
-    let key = key.trim();
-    (!key.is_empty() && !key.starts_with('[')).then(|| key.to_owned())
-}
-
-/// The line with the most nesting (dots, brackets and braces), and how much.
-fn deepest_line(text: &str) -> (usize, usize) {
-    text.lines()
-        .enumerate()
-        .map(|(i, l)| {
-            (
-                i + 1,
-                l.chars().filter(|c| matches!(c, '.' | '[' | '{')).count(),
-            )
-        })
-        .max_by_key(|&(_, depth)| depth)
-        .unwrap_or((1, 0))
-}
-
 fn parse_sha256(s: &str) -> Result<[u8; 32], String> {
     let s = s.strip_prefix("sha256:").unwrap_or(s);
     let bytes = hex::decode(s).map_err(|_| format!("{s:?} is not hexadecimal"))?;
@@ -444,11 +382,6 @@ fn parse_sha256(s: &str) -> Result<[u8; 32], String> {
             b.len()
         )
     })
-}
-
-/// 1-based line of a byte offset.
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ mod decision;
 pub(crate) mod file;
 mod hook;
 mod load;
-mod read;
+pub(crate) mod read;
 #[cfg(feature = "wasm")]
 pub(crate) mod wasm;
 

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::policy::PluginLoadError;
+use crate::metrics::Metrics;
 use crate::policy::file::{
-    DEFAULT_MEMORY_LIMIT_MIB, DEFAULT_TIMEOUT_MS, Mode, OnError, PluginConfig,
+    DEFAULT_MAX_RETRY_MS, DEFAULT_MEMORY_LIMIT_MIB, DEFAULT_MIN_RETRY_MS, DEFAULT_TIMEOUT_MS, Mode,
+    OnError, PluginConfig,
 };
 use crate::policy::wasm::{Host, WIT_PACKAGE, cache, check_is_component, read_component};
+use crate::policy::{Chain, Context, Failure, Hook, PluginLoadError, PolicyError, Registration};
 
 /// The engine the tools load plugins with.
 pub(crate) fn host() -> anyhow::Result<Arc<Host>> {
@@ -35,6 +37,108 @@ pub fn unpinned(path: &Path) -> PluginConfig {
         settings_json: "{}".into(),
         declared_at: None,
     }
+}
+
+/// The context the tools decide in unless told otherwise: the hostpath
+/// driver on `node-1`.
+pub(crate) fn example_context() -> Context {
+    Context {
+        driver_name: "hostpath.csi.k8s.io".into(),
+        driver_version: "1.0.0".into(),
+        csi_address: "/csi/csi.sock".into(),
+        kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath.csi.k8s.io/csi.sock".into(),
+        plugin_registration_path: "/registration".into(),
+        node_name: "node-1".into(),
+    }
+}
+
+/// The registrar's own decision path for one plugin: a chain of it alone,
+/// limited to `hook`, with the registrar's checks, clamping and errors.
+/// Loading fails, naming what the component exports, if it lacks the hook.
+/// `cache`: a compiled-plugin cache to load from and fill, as the registrar's.
+pub(crate) fn chain_of(
+    host: &Arc<Host>,
+    cfg: PluginConfig,
+    hook: Hook,
+    cache: Option<(&Path, &cache::CacheKey)>,
+) -> Result<Chain, PluginLoadError> {
+    let cfg = PluginConfig {
+        hooks: Some([hook].into()),
+        ..cfg
+    };
+    let plugin = host.load(&cfg, cache)?;
+    Ok(Chain::new(
+        vec![Box::new(plugin)],
+        Duration::from_millis(DEFAULT_MIN_RETRY_MS),
+        Duration::from_millis(DEFAULT_MAX_RETRY_MS),
+        Arc::new(Metrics::new()),
+    ))
+}
+
+/// What a hook is asked besides the context.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HookInput {
+    /// `current` for driver-name and endpoint (default: from the context, as at start-up).
+    pub(crate) current: Option<String>,
+    /// `current` for versions (default `["1.0.0"]`).
+    pub(crate) versions: Vec<String>,
+    /// The refusal, for the failure hook.
+    pub(crate) failure: Option<Failure>,
+}
+
+/// A refusal as the kubelet words one.
+pub(crate) const EXAMPLE_REFUSAL: &str =
+    "RegisterPlugin error -- plugin registration failed with err: example";
+
+/// The hook's decision as the registrar would apply it, as `plugin run`
+/// prints it: `{"decision": …}`, with `clamped_from` where the registrar
+/// clamped the answer and `registrar` where the plugin deferred to it.
+pub(crate) fn decide(
+    chain: &Chain,
+    hook: Hook,
+    ctx: &Context,
+    input: HookInput,
+) -> Result<serde_json::Value, PolicyError> {
+    use serde_json::json;
+    if hook == Hook::Failure {
+        let failure = input.failure.unwrap_or(Failure {
+            error: EXAMPLE_REFUSAL.into(),
+            attempt: 1,
+            elapsed: Duration::ZERO,
+        });
+        let d = chain.decide_failure(ctx, &failure)?;
+        let mut out = match d.by {
+            Some(_) => json!({ "decision": d.action }),
+            None => json!({ "decision": "defer", "registrar": { "built_in": d.action } }),
+        };
+        if let Some(asked) = d.asked {
+            out["clamped_from"] = json!(asked);
+        }
+        return Ok(out);
+    }
+    let start = Registration {
+        name: input
+            .current
+            .clone()
+            .unwrap_or_else(|| ctx.driver_name.clone()),
+        endpoint: input
+            .current
+            .unwrap_or_else(|| ctx.kubelet_registration_path.clone()),
+        supported_versions: if input.versions.is_empty() {
+            vec!["1.0.0".to_owned()]
+        } else {
+            input.versions
+        },
+    };
+    let decided = chain.registration_from(ctx, start.clone())?;
+    let decision = match hook {
+        Hook::DriverName if decided.name == start.name => json!("keep"),
+        Hook::DriverName => json!({ "rename": decided.name }),
+        Hook::Endpoint if decided.endpoint == start.endpoint => json!("keep"),
+        Hook::Endpoint => json!({ "replace": decided.endpoint }),
+        _ => json!({ "supported_versions": decided.supported_versions }),
+    };
+    Ok(json!({ "decision": decision }))
 }
 
 /// What `plugin inspect` shows about a component.

@@ -25,7 +25,7 @@ pub(super) enum Command {
         #[arg(long)]
         policy: Option<PathBuf>,
     },
-    /// Tools for policy plugin authors: inspect, validate, run, precompile.
+    /// Tools for policy plugin authors: inspect, validate, run, test, precompile.
     #[cfg(feature = "wasm")]
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -50,6 +50,19 @@ pub(super) enum PluginCommand {
     },
     /// Run one hook against a context and print the decision (as JSON).
     Run(RunArgs),
+    /// Check a plugin against a cases file (what it must decide, as data):
+    /// one PASS or FAIL line per case, then `N passed, N failed`; exit 1 if
+    /// any case fails.
+    Test {
+        /// The cases file (TOML).
+        cases: PathBuf,
+        /// The component to test (default: the file's `plugin`).
+        #[arg(long)]
+        plugin: Option<PathBuf>,
+        /// Also write the results as JUnit XML.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+    },
     /// Compile components into a cache directory with this binary, so the
     /// registrar starts without compiling (for image builds or an initContainer).
     Precompile {
@@ -99,7 +112,7 @@ pub(super) struct RunArgs {
     /// The kubelet's error text, for the failure hook.
     #[arg(
         long,
-        default_value = "RegisterPlugin error -- plugin registration failed with err: example"
+        default_value = super::author::EXAMPLE_REFUSAL
     )]
     pub(super) error: String,
     /// The attempt number, for the failure hook.

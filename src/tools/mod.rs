@@ -4,8 +4,9 @@
 //!
 //! - `cli`: the tools' command line.
 //! - `demo`: a driver stand-in, the registrar and a kubelet stand-in, narrated.
-//! - `inspect`, `validate`, `run`, `precompile`, `cache_key`: `plugin …`, one
-//!   file per subcommand; `author` holds what they share with the tests.
+//! - `inspect`, `validate`, `run`, `test`, `precompile`, `cache_key`:
+//!   `plugin …`, one file per subcommand; `author` holds what they share
+//!   (the registrar's decision path for one plugin) and what the tests reach.
 //! - `standins`: a CSI driver and a kubelet built from the same protos, for
 //!   the demo and the tests.
 //!
@@ -24,6 +25,8 @@ mod precompile;
 #[cfg(feature = "wasm")]
 mod run;
 pub(crate) mod standins;
+#[cfg(feature = "wasm")]
+mod test;
 #[cfg(feature = "wasm")]
 mod validate;
 
@@ -62,6 +65,15 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
                 P::Inspect { wasm, json } => inspect::run(&wasm, json),
                 P::Validate { wasm, settings } => validate::run(&wasm, &settings),
                 P::Run(args) => run::run(args),
+                P::Test {
+                    cases,
+                    plugin,
+                    junit,
+                } => match test::run(&cases, plugin.as_deref(), junit.as_deref()) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => return Some(ExitCode::FAILURE),
+                    Err(e) => Err(e),
+                },
                 P::Precompile {
                     wasm,
                     cache_dir,

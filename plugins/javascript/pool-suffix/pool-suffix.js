@@ -13,7 +13,8 @@ function suffixFrom(settingsJson) {
   }
   const bad = [...suffix].find((c) => !/[A-Za-z0-9.-]/.test(c));
   if (bad !== undefined) {
-    throw new Error(`suffix ${JSON.stringify(suffix)} contains ${JSON.stringify(bad)}; use letters, digits, '-' and '.'`);
+    // The same words as the Rust example: plugins/examples/pool-suffix/cases.toml checks both.
+    throw new Error(`suffix ${JSON.stringify(suffix)} contains '${bad}'; use letters, digits, '-' and '.'`);
   }
   return suffix;
 }

@@ -23,7 +23,8 @@ def suffix_from(settings_json: str) -> str:
         raise ValueError("suffix must be a non-empty string")
     for c in suffix:
         if c not in ALLOWED:
-            raise ValueError(f"suffix {suffix!r} contains {c!r}; use letters, digits, '-' and '.'")
+            # The same words as the Rust example: plugins/examples/pool-suffix/cases.toml checks both.
+            raise ValueError(f"suffix {json.dumps(suffix)} contains '{c}'; use letters, digits, '-' and '.'")
     return suffix
 
 

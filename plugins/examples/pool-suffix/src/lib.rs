@@ -28,7 +28,7 @@ impl Plugin for PoolSuffix {
                 "suffix {:?} contains {c:?}; use letters, digits, '-' and '.'",
                 s.suffix
             )),
-            None if s.suffix.is_empty() => Err("suffix is empty".into()),
+            None if s.suffix.is_empty() => Err("suffix must be a non-empty string".into()),
             None => Ok(()),
         }
     }
