@@ -414,3 +414,71 @@ fn a_bad_cases_file_names_file_line_and_key() {
         );
     }
 }
+
+/// `plugin bench` times every case that loads, per call, and per hook:
+/// p50 <= p99, instantiation and the call apart, in µs.
+#[test]
+fn bench_reports_p50_and_p99_per_case_and_per_hook() {
+    plugin("pool-suffix"); // builds the plugins workspace
+    let cases =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/examples/pool-suffix/cases.toml");
+    let (code, out, err) = tool(&[
+        "plugin",
+        "bench",
+        cases.to_str().unwrap(),
+        "--iterations",
+        "5",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].split_whitespace().collect::<Vec<_>>()
+            == [
+                "case",
+                "hook",
+                "p50",
+                "µs",
+                "p99",
+                "µs",
+                "instantiate",
+                "call"
+            ],
+        "{out}"
+    );
+    let figures = |line: &str| -> Vec<f64> {
+        line.split_whitespace()
+            .rev()
+            .take(4)
+            .map(|f| {
+                f.parse()
+                    .unwrap_or_else(|_| panic!("not a figure in {line:?}"))
+            })
+            .collect()
+    };
+    let timed: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("driver-name") && !l.contains("skipped"))
+        .collect();
+    assert_eq!(timed.len(), 4, "three cases and the hook's row: {out}");
+    for line in &timed {
+        let [call, instantiate, p99, p50] = figures(line)[..] else {
+            unreachable!()
+        };
+        assert!(0.0 < p50 && p50 <= p99, "{line}");
+        assert!(instantiate > 0.0 && call > 0.0, "{line}");
+    }
+    assert!(
+        timed[2].contains("(refused)"),
+        "the registrar refuses a name past 63 characters: {out}"
+    );
+    assert!(timed[3].starts_with("all driver-name cases"), "{out}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.ends_with("skipped: the plugin does not load with these settings"))
+            .count(),
+        2,
+        "{out}"
+    );
+}

@@ -25,7 +25,7 @@ pub(super) enum Command {
         #[arg(long)]
         policy: Option<PathBuf>,
     },
-    /// Tools for policy plugin authors: inspect, validate, run, test, precompile.
+    /// Tools for policy plugin authors: inspect, validate, run, test, bench, precompile.
     #[cfg(feature = "wasm")]
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -62,6 +62,18 @@ pub(super) enum PluginCommand {
         /// Also write the results as JUnit XML.
         #[arg(long)]
         junit: Option<PathBuf>,
+    },
+    /// Time a plugin on a cases file: each case decided many times, per call
+    /// p50 and p99 in µs, with instantiation and the call itself apart.
+    Bench {
+        /// The cases file (TOML), as for `plugin test`.
+        cases: PathBuf,
+        /// The component to time (default: the file's `plugin`).
+        #[arg(long)]
+        plugin: Option<PathBuf>,
+        /// Timed calls per case.
+        #[arg(long, default_value_t = 1000)]
+        iterations: usize,
     },
     /// Compile components into a cache directory with this binary, so the
     /// registrar starts without compiling (for image builds or an initContainer).

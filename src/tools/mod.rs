@@ -15,7 +15,11 @@
 #[cfg(feature = "wasm")]
 pub(crate) mod author;
 #[cfg(feature = "wasm")]
+mod bench;
+#[cfg(feature = "wasm")]
 mod cache_key;
+#[cfg(feature = "wasm")]
+mod cases;
 mod cli;
 mod demo;
 #[cfg(feature = "wasm")]
@@ -65,6 +69,11 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
                 P::Inspect { wasm, json } => inspect::run(&wasm, json),
                 P::Validate { wasm, settings } => validate::run(&wasm, &settings),
                 P::Run(args) => run::run(args),
+                P::Bench {
+                    cases,
+                    plugin,
+                    iterations,
+                } => bench::run(&cases, plugin.as_deref(), iterations),
                 P::Test {
                     cases,
                     plugin,

@@ -1,78 +1,12 @@
-//! `plugin test CASES.toml`: what a plugin must decide, stated as data and
-//! checked through the registrar's own decision path (as `plugin run` does).
-//!
-//! ```toml
-//! plugin = "../../target/wasm32-wasip2/release/pool_suffix.wasm"  # relative to this file
-//!
-//! [settings]                 # the plugin's settings for every case
-//! suffix = "-pool-a"
-//!
-//! [context]                  # the registration context for every case
-//! driver_name = "hostpath.csi.k8s.io"
-//!
-//! [[case]]
-//! name = "appends the suffix"
-//! hook = "driver-name"
-//! expect = { rename = "hostpath.csi.k8s.io-pool-a" }
-//!
-//! [[case]]
-//! name = "a name past 63 characters is refused"
-//! hook = "driver-name"
-//! current = "a-very-long-driver-name-that-is-already-close-to-the-limit.io"
-//! expect = { error = "the CSI spec allows at most 63" }
-//! ```
-//!
-//! A case may set its own `settings` (replacing the file's) and `context`
-//! (over the file's); `current` (driver-name, endpoint) or `versions`
-//! (versions); `error`, `attempt` and `elapsed_ms` (failure). `expect` is the
-//! decision as `plugin run` shows it (`"keep"`, `{ rename = … }`,
-//! `{ replace = … }`, `{ supported_versions = […] }`, `{ exit = N }`,
-//! `{ retry = MS }`, `"ignore"`, `"defer"`), or `{ error = "…" }`: a refusal
-//! (at load or from the call) whose reason contains that text.
+//! `plugin test CASES.toml`: checks a plugin against a cases file (see
+//! `cases`) through the registrar's own decision path, as `plugin run` does.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::Path;
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
-use serde::Deserialize;
 
-use super::author::{self, HookInput};
-use crate::policy::file::PluginConfig;
-use crate::policy::read::{MAX_POLICY_FILE, read_regular_file};
-use crate::policy::wasm::Host;
-use crate::policy::wasm::cache::CacheKey;
-use crate::policy::{Context, Failure, Hook};
-use crate::toml_file;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CasesFile {
-    plugin: Option<PathBuf>,
-    #[serde(default)]
-    settings: toml::Table,
-    #[serde(default)]
-    context: toml::Table,
-    #[serde(default, rename = "case")]
-    cases: Vec<Case>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Case {
-    name: String,
-    hook: Hook,
-    settings: Option<toml::Table>,
-    #[serde(default)]
-    context: toml::Table,
-    current: Option<String>,
-    #[serde(default)]
-    versions: Vec<String>,
-    error: Option<String>,
-    attempt: Option<u32>,
-    elapsed_ms: Option<u64>,
-    expect: toml::Value,
-}
+use super::author;
+use super::cases::{self, Case, CasesFile, Loader};
 
 /// A case's outcome: `Ok` passes; `Err` says what differs.
 type Outcome = Result<(), String>;
@@ -82,31 +16,13 @@ pub(super) fn run(
     plugin: Option<&Path>,
     junit: Option<&Path>,
 ) -> anyhow::Result<bool> {
-    let file = read(cases)?;
-    let wasm = plugin.map(Path::to_owned).or_else(|| {
-        file.plugin
-            .as_ref()
-            .map(|p| cases.parent().unwrap_or(Path::new(".")).join(p))
-    });
-    let Some(wasm) = wasm else {
-        anyhow::bail!(
-            "{}: no plugin to test: set plugin = \"FILE.wasm\" at the top of the file, or pass --plugin FILE",
-            cases.display()
-        );
-    };
-    let host = author::host()?;
-    // Every case loads the plugin anew, with its own settings; a cache of this
-    // run compiles the component once (a Python one takes seconds).
-    let cache = tempfile::Builder::new().prefix("plugin-test-").tempdir()?;
-    let key_file = cache.path().join("key");
-    std::fs::write(&key_file, CacheKey::generate()?)?;
-    let entries = cache.path().join("entries");
-    let key = CacheKey::read(&key_file, &entries).map_err(anyhow::Error::msg)?;
+    let file = cases::read(cases)?;
+    let loader = Loader::new(file.plugin(cases, plugin)?)?;
     let mut suite = TestSuite::new(cases.display().to_string());
     let (mut passed, mut failed) = (0, 0);
     for case in &file.cases {
         let started = std::time::Instant::now();
-        let outcome = check(&host, (&entries, &key), &wasm, &file, case);
+        let outcome = check(&loader, &file, case);
         let mut test_case = TestCase::new(
             case.name.clone(),
             match &outcome {
@@ -143,72 +59,12 @@ pub(super) fn run(
     Ok(failed == 0)
 }
 
-/// Reads and checks the cases file; errors name the file, the line and the key.
-fn read(path: &Path) -> anyhow::Result<CasesFile> {
-    let bytes = read_regular_file(path, MAX_POLICY_FILE)
-        .map_err(|e| anyhow::anyhow!("cannot read cases file {}: {e}", path.display()))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("cases file {} is not UTF-8", path.display()))?;
-    let file: CasesFile = toml_file::from_str(&text).map_err(|e| {
-        anyhow::anyhow!(
-            "cases file {}, line {}{}: {}",
-            path.display(),
-            e.line,
-            e.key.map(|k| format!(", key {k}")).unwrap_or_default(),
-            e.message
-        )
-    })?;
-    if file.cases.is_empty() {
-        anyhow::bail!(
-            "cases file {} has no cases: add one or more [[case]] tables (name, hook, expect)",
-            path.display()
-        );
-    }
-    Ok(file)
-}
-
 /// Runs one case through the registrar's decision path and compares.
-fn check(
-    host: &Arc<Host>,
-    cache: (&Path, &CacheKey),
-    wasm: &Path,
-    file: &CasesFile,
-    case: &Case,
-) -> Outcome {
-    let settings = case.settings.as_ref().unwrap_or(&file.settings);
-    let cfg = PluginConfig {
-        settings_json: serde_json::to_string(settings).map_err(|e| e.to_string())?,
-        ..author::unpinned(wasm)
-    };
-    let ctx = context(&file.context, &case.context)?;
-    let input = HookInput {
-        current: case.current.clone(),
-        versions: case.versions.clone(),
-        failure: (case.hook == Hook::Failure).then(|| Failure {
-            error: case
-                .error
-                .clone()
-                .unwrap_or_else(|| author::EXAMPLE_REFUSAL.into()),
-            attempt: case.attempt.unwrap_or(1),
-            elapsed: Duration::from_millis(case.elapsed_ms.unwrap_or(0)),
-        }),
-    };
-    let got = author::chain_of(host, cfg, case.hook, Some(cache))
-        .map_err(|e| e.to_string())
-        .and_then(|chain| {
-            author::decide(&chain, case.hook, &ctx, input).map_err(|e| e.to_string())
-        });
+fn check(loader: &Loader, file: &CasesFile, case: &Case) -> Outcome {
+    let got = loader.prepare(file, case).and_then(|(chain, ctx, input)| {
+        author::decide(&chain, case.hook, &ctx, input).map_err(|e| e.to_string())
+    });
     compare(&case.expect, got)
-}
-
-/// The example context, with the file's `[context]` and then the case's over it.
-fn context(file: &toml::Table, case: &toml::Table) -> Result<Context, String> {
-    let mut merged = toml::Table::try_from(author::example_context()).map_err(|e| e.to_string())?;
-    merged.extend(file.clone());
-    merged.extend(case.clone());
-    merged
-        .try_into()
-        .map_err(|e: toml::de::Error| format!("context: {}", e.message()))
 }
 
 /// `expect` against what the registrar decided (or why it refused).
@@ -282,24 +138,6 @@ mod tests {
         assert_eq!(
             compare(&refused, Ok(json!({ "decision": "keep" }))),
             Err("expected a refusal containing \"at most 63\", got the decision \"keep\"".into())
-        );
-    }
-
-    #[test]
-    fn the_case_context_goes_over_the_files() {
-        let file: toml::Table =
-            toml::from_str("driver_name = \"a.csi.io\"\nnode_name = \"n1\"").unwrap();
-        let case: toml::Table = toml::from_str("node_name = \"n2\"").unwrap();
-        let ctx = context(&file, &case).unwrap();
-        assert_eq!(
-            (ctx.driver_name.as_str(), ctx.node_name.as_str()),
-            ("a.csi.io", "n2")
-        );
-        let bad: toml::Table = toml::from_str("node = \"n2\"").unwrap();
-        assert!(
-            context(&file, &bad)
-                .unwrap_err()
-                .contains("unknown field `node`")
         );
     }
 }

@@ -31,3 +31,4 @@ pub(crate) use compiler::{compile_in_child_processes, compile_worker};
 pub(crate) use component::{check_is_component, read_component};
 pub use host::{Host, PluginLoadError, load_chain};
 pub use plugin::WasmPlugin;
+pub(crate) use sandbox::{CallPhases, last_call_phases};

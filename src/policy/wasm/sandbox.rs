@@ -186,6 +186,26 @@ impl wasmtime::ResourceLimiter for Limiter {
     }
 }
 
+/// Where one call's time went: setting up its store and deadline,
+/// instantiating, the call itself, and in all (with reading the output).
+/// For `plugin bench`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CallPhases {
+    pub(crate) setup: Duration,
+    pub(crate) instantiate: Duration,
+    pub(crate) call: Duration,
+    pub(crate) total: Duration,
+}
+
+thread_local! {
+    static LAST_CALL: std::cell::Cell<Option<CallPhases>> = const { std::cell::Cell::new(None) };
+}
+
+/// The phases of the last call this thread made, once.
+pub(crate) fn last_call_phases() -> Option<CallPhases> {
+    LAST_CALL.with(std::cell::Cell::take)
+}
+
 /// What a call needs from its plugin.
 pub(super) struct CallSpec<'a> {
     pub engine: &'a Engine,
@@ -203,6 +223,7 @@ pub(super) fn call<R>(
     spec: CallSpec<'_>,
     f: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
 ) -> Result<R, CallError> {
+    let started = Instant::now();
     let out = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
     let wasi = WasiCtxBuilder::new()
         .stdout(out.clone())
@@ -249,16 +270,27 @@ pub(super) fn call<R>(
             }
         }
     });
+    let set_up = Instant::now();
+    let mut instantiated = set_up;
     let result = futures_executor::block_on(tokio::time::timeout_at(deadline.into(), async {
         let instance = spec.pre.instantiate_async(&mut store).await?;
+        instantiated = Instant::now();
         f(&mut store, &instance).await
     }));
+    let called = Instant::now();
     bump.abort();
+    let phases = |ended: Instant| CallPhases {
+        setup: set_up - started,
+        instantiate: instantiated.saturating_duration_since(set_up),
+        call: called.saturating_duration_since(instantiated.max(set_up)),
+        total: ended - started,
+    };
 
     let output = out.contents();
     if !output.is_empty() {
         tracing::debug!(target: "plugin", plugin = %spec.plugin, hook = spec.hook, output = %String::from_utf8_lossy(&output), "Plugin wrote to stdout/stderr");
     }
+    LAST_CALL.with(|c| c.set(Some(phases(Instant::now()))));
     let error = match result {
         Ok(Ok(answer)) => return Ok(answer),
         Err(_elapsed) => return Err(CallError::Timeout(spec.timeout)),

@@ -1,0 +1,115 @@
+//! `plugin bench CASES.toml`: the cases of `plugin test`, each decided many
+//! times through the registrar's decision path, timed per call: p50 and p99
+//! per case and per hook, in µs, with instantiation and the call itself
+//! apart. Every call runs in a fresh instance, as in the registrar.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::author;
+use super::cases::{self, Loader};
+use crate::policy::Hook;
+use crate::policy::wasm::{CallPhases, last_call_phases};
+
+/// Calls made before timing, per case.
+const WARM_UP: usize = 20;
+
+pub(super) fn run(cases: &Path, plugin: Option<&Path>, iterations: usize) -> anyhow::Result<()> {
+    let file = cases::read(cases)?;
+    let loader = Loader::new(file.plugin(cases, plugin)?)?;
+    let mut per_hook: BTreeMap<Hook, Vec<Sample>> = BTreeMap::new();
+    let width = file
+        .cases
+        .iter()
+        .map(|c| c.name.len() + 10)
+        .max()
+        .unwrap_or(0)
+        .max(24);
+    println!(
+        "{:<width$} {:<12} {:>9} {:>9} {:>13} {:>9}",
+        "case", "hook", "p50 µs", "p99 µs", "instantiate", "call"
+    );
+    for case in &file.cases {
+        let Ok((chain, ctx, input)) = loader.prepare(&file, case) else {
+            println!(
+                "{:<width$} {:<12} skipped: the plugin does not load with these settings",
+                case.name,
+                case.hook.as_str()
+            );
+            continue;
+        };
+        let mut samples = Vec::with_capacity(iterations);
+        let mut refused = false;
+        for i in 0..WARM_UP + iterations {
+            let started = Instant::now();
+            let decided = author::decide(&chain, case.hook, &ctx, input.clone());
+            let took = started.elapsed();
+            let phases = last_call_phases().unwrap_or_default();
+            refused |= decided.is_err();
+            if i >= WARM_UP {
+                samples.push(Sample { took, phases });
+            }
+        }
+        let name = if refused {
+            format!("{} (refused)", case.name)
+        } else {
+            case.name.clone()
+        };
+        println!("{}", row(&name, width, case.hook, &samples));
+        per_hook.entry(case.hook).or_default().extend(samples);
+    }
+    println!();
+    for (hook, samples) in &per_hook {
+        let name = format!("all {} cases", hook.as_str());
+        println!("{}", row(&name, width, *hook, samples));
+    }
+    Ok(())
+}
+
+/// One decision: its time in all, and its call's phases.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    took: Duration,
+    phases: CallPhases,
+}
+
+fn row(name: &str, width: usize, hook: Hook, samples: &[Sample]) -> String {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let sorted = |key: fn(&Sample) -> Duration| {
+        let mut values: Vec<Duration> = samples.iter().map(key).collect();
+        values.sort();
+        values
+    };
+    let took = sorted(|s| s.took);
+    format!(
+        "{name:<width$} {:<12} {:>9.1} {:>9.1} {:>13.1} {:>9.1}",
+        hook.as_str(),
+        us(percentile(&took, 50)),
+        us(percentile(&took, 99)),
+        us(percentile(&sorted(|s| s.phases.instantiate), 50)),
+        us(percentile(&sorted(|s| s.phases.call), 50)),
+    )
+}
+
+/// The `p`th percentile of sorted values (nearest rank).
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[(sorted.len() * p).div_ceil(100).clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let ms: Vec<Duration> = (1..=200).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&ms, 50), Duration::from_millis(100));
+        assert_eq!(percentile(&ms, 99), Duration::from_millis(198));
+        assert_eq!(percentile(&ms[..1], 99), Duration::from_millis(1));
+        assert_eq!(percentile(&[], 50), Duration::ZERO);
+    }
+}
