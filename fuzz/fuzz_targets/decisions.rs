@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use csi_node_driver_registrar::testing::socket_path;
-use csi_node_driver_registrar::testing::{KubeletVersion, UNIX_PATH_MAX, validate};
+use csi_node_driver_registrar::testing::validate::{self, KubeletVersion, UNIX_PATH_MAX};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (String, String, Vec<String>)| {
