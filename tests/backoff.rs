@@ -106,14 +106,7 @@ async fn a_back_off_ends_by_re_creating_the_socket() {
         "{}",
         registrar.metrics()
     );
-    assert!(
-        FakeKubelet::default()
-            .register(&sb.socket(DRIVER))
-            .await
-            .unwrap()
-            .sent
-            .plugin_registered
-    );
+    assert!(kubelet_registers(&sb.socket(DRIVER)).await);
     assert_eq!(registrar.stop().await.unwrap(), 0);
 }
 
@@ -129,14 +122,7 @@ async fn a_driver_change_during_a_back_off_is_registered_at_once() {
         .wait_for("the new driver's socket", serving("nfs.csi.k8s.io"))
         .await;
     assert_eq!(s.retry_in, None, "the back-off ended");
-    assert!(
-        FakeKubelet::default()
-            .register(&sb.socket("nfs.csi.k8s.io"))
-            .await
-            .unwrap()
-            .sent
-            .plugin_registered
-    );
+    assert!(kubelet_registers(&sb.socket("nfs.csi.k8s.io")).await);
     assert_eq!(registrar.stop().await.unwrap(), 0);
 }
 

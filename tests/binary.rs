@@ -193,14 +193,7 @@ async fn healthz_and_readyz_follow_the_registration() {
         http_until(port, "/readyz", 503).await,
         Some((503, "waiting for the kubelet to register the plugin".into()))
     );
-    assert!(
-        FakeKubelet::default()
-            .register(&sb.socket(DRIVER))
-            .await
-            .unwrap()
-            .sent
-            .plugin_registered
-    );
+    assert!(kubelet_registers(&sb.socket(DRIVER)).await);
     assert_eq!(
         http_until(port, "/readyz", 200).await,
         Some((200, "ok".into()))

@@ -212,14 +212,7 @@ async fn a_failing_plugin_stops_start_up_or_is_skipped_as_configured() {
         "log:\n{}",
         registrar.log_text()
     );
-    assert!(
-        FakeKubelet::default()
-            .register(&sb.socket(DRIVER))
-            .await
-            .unwrap()
-            .sent
-            .plugin_registered
-    );
+    assert!(kubelet_registers(&sb.socket(DRIVER)).await);
     assert!(
         registrar
             .log_text()
@@ -331,13 +324,6 @@ async fn sighup_reloads_the_policy_and_keeps_the_last_good_one() {
         registrar.log_text()
     );
     assert!(b.exists());
-    assert!(
-        FakeKubelet::default()
-            .register(&b)
-            .await
-            .unwrap()
-            .sent
-            .plugin_registered
-    );
+    assert!(kubelet_registers(&b).await);
     assert_eq!(registrar.stop().await, 0);
 }

@@ -20,15 +20,6 @@ fn standing_by(s: &Snapshot) -> bool {
     !s.serving && s.published.is_some() && s.retry_in.is_none()
 }
 
-async fn registers(socket: &std::path::Path) -> bool {
-    FakeKubelet::default()
-        .register(socket)
-        .await
-        .unwrap()
-        .sent
-        .plugin_registered
-}
-
 #[tokio::test]
 async fn the_socket_is_owner_only_and_answers_like_upstream() {
     let sb = Sandbox::new();
@@ -81,7 +72,7 @@ async fn stale_socket_is_replaced() {
     let socket = sb.socket(DRIVER);
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap()); // a dead registrar's socket
     let (_driver, registrar) = sb.start(DRIVER).await;
-    assert!(registers(&socket).await);
+    assert!(kubelet_registers(&socket).await);
     assert_eq!(registrar.stop().await.unwrap(), 0);
 }
 
@@ -206,7 +197,7 @@ async fn a_newer_instances_socket_survives_our_exit() {
         socket.exists(),
         "the old instance must not delete the new one's socket"
     );
-    assert!(registers(&socket).await);
+    assert!(kubelet_registers(&socket).await);
     assert_eq!(new.stop().await.unwrap(), 0);
     assert!(!socket.exists());
 }
@@ -229,7 +220,7 @@ async fn two_hundred_rollouts_never_fail_the_newer_instance() {
         );
         old = new;
     }
-    assert!(registers(&socket).await);
+    assert!(kubelet_registers(&socket).await);
     assert_eq!(old.stop().await.unwrap(), 0);
     assert!(!socket.exists());
     let left: Vec<_> = std::fs::read_dir(&sb.registry).unwrap().collect();
@@ -251,7 +242,7 @@ async fn an_instance_standing_by_takes_the_path_back_when_the_newer_one_leaves()
     assert_eq!(new.stop().await.unwrap(), 0);
     old.wait_for("the older instance to take the path back", serving(DRIVER))
         .await;
-    assert!(registers(&socket).await);
+    assert!(kubelet_registers(&socket).await);
     assert_eq!(old.stop().await.unwrap(), 0);
     assert!(!socket.exists());
 }
@@ -295,7 +286,7 @@ async fn a_deletion_during_a_takeover_leaves_the_newest_instance_owning_the_sock
             "round {round}: {:#?}",
             new.snapshot()
         );
-        assert!(registers(&socket).await, "round {round}");
+        assert!(kubelet_registers(&socket).await, "round {round}");
         assert_eq!(new.stop().await.unwrap(), 0, "round {round}");
         assert!(
             !socket.exists(),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use csi_node_driver_registrar::Config;
 use csi_node_driver_registrar::testing::{
-    self, DriverSpec, FakeDriver, Harness, PATIENCE, Snapshot, wait_until,
+    self, DriverSpec, FakeDriver, FakeKubelet, Harness, PATIENCE, Snapshot, wait_until,
 };
 
 /// A temporary directory with the paths one registrar uses.
@@ -55,6 +55,17 @@ impl Sandbox {
         registrar.wait_for("the socket", serving(name)).await;
         (driver, registrar)
     }
+}
+
+/// Whether a new kubelet (a stand-in with no memory) registers the plugin
+/// behind `socket`.
+pub async fn kubelet_registers(socket: &Path) -> bool {
+    FakeKubelet::default()
+        .register(socket)
+        .await
+        .unwrap()
+        .sent
+        .plugin_registered
 }
 
 /// A state in which our socket for the driver `name` is up.
