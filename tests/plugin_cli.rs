@@ -440,15 +440,19 @@ fn bench_reports_p50_and_p99_per_case_and_per_hook() {
                 "µs",
                 "p99",
                 "µs",
+                "set-up",
                 "instantiate",
-                "call"
+                "call",
+                "rest",
+                "memory",
+                "KiB"
             ],
         "{out}"
     );
     let figures = |line: &str| -> Vec<f64> {
         line.split_whitespace()
             .rev()
-            .take(4)
+            .take(7)
             .map(|f| {
                 f.parse()
                     .unwrap_or_else(|_| panic!("not a figure in {line:?}"))
@@ -462,11 +466,14 @@ fn bench_reports_p50_and_p99_per_case_and_per_hook() {
         .collect();
     assert_eq!(timed.len(), 4, "three cases and the hook's row: {out}");
     for line in &timed {
-        let [call, instantiate, p99, p50] = figures(line)[..] else {
+        let [memory, rest, call, instantiate, setup, p99, p50] = figures(line)[..] else {
             unreachable!()
         };
         assert!(0.0 < p50 && p50 <= p99, "{line}");
         assert!(instantiate > 0.0 && call > 0.0, "{line}");
+        assert!(setup > 0.0 && rest > 0.0, "{line}");
+        // A Rust plugin's memory: its 64 KiB stack, data and heap.
+        assert!((64.0..4096.0).contains(&memory), "{line}");
     }
     assert!(
         timed[2].contains("(refused)"),

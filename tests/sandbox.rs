@@ -193,6 +193,25 @@ fn one_calls_deadline_never_ends_another_call() {
     }
 }
 
+/// Every call gets a fresh instance: nothing one call leaves in memory or in
+/// a static is there for the next, whether its memory slot was cleared by
+/// `memset` (the first pages) or given back to the kernel (the rest). Many
+/// calls, so that slots are reused, and a second plugin of the same engine
+/// in between, so that a slot changes hands.
+#[test]
+fn no_call_sees_what_an_earlier_call_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = format!(
+        "{}{}",
+        misbehave("remember", "hooks = [\"driver-name\"]"),
+        &misbehave("remember", "hooks = [\"driver-name\"]").replace("id = \"m\"", "id = \"n\"")
+    );
+    let chain = load(dir.path(), &policy).unwrap();
+    for round in 0..200 {
+        assert_eq!(name(&chain), "calls-1.seen-0", "round {round}");
+    }
+}
+
 /// The driver stand-in, and the registrar binary running with this policy.
 async fn registrar_with(
     sb: &Sandbox,
@@ -272,14 +291,25 @@ fn the_memory_cap_covers_every_memory_and_table_of_an_instance() {
         err.contains("memory_limit_mib = 64 is too small for this plugin: starting an instance asked for at least 65 MiB"),
         "{err}"
     );
-    // Tables count too (16 bytes an element): 10 million elements are 153 MiB.
-    let table = hand_written(dir.path(), "table.wasm", "(table 10000000 funcref)");
+    // Tables count too (16 bytes an element): 900,000 elements are 13.7 MiB.
+    let table = hand_written(dir.path(), "table.wasm", "(table 900000 funcref)");
     let err = load(
         dir.path(),
-        &plugin_entry("table", &table, "memory_limit_mib = 64"),
+        &plugin_entry("table", &table, "memory_limit_mib = 8"),
     )
     .unwrap_err();
-    assert!(err.contains("asked for at least 153 MiB"), "{err}");
+    assert!(err.contains("asked for at least 14 MiB"), "{err}");
+    // A table larger than any instance slot holds is refused at load.
+    let table = hand_written(dir.path(), "huge-table.wasm", "(table 10000000 funcref)");
+    let err = load(
+        dir.path(),
+        &plugin_entry("table", &table, "memory_limit_mib = 4096"),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("the component needs more than an instance of the registrar may have: table index 0 has a minimum element size of 10000000 which exceeds the limit of 1048576 (an instance may have 64 core instances, 64 memories and 64 tables, and a table 1048576 elements)"),
+        "{err}"
+    );
     // Under a cap that holds them all, the same kind of plugin loads.
     let three = hand_written(dir.path(), "three.wasm", &"(memory 512)\n".repeat(3));
     load(
@@ -298,17 +328,12 @@ fn the_memory_cap_covers_every_memory_and_table_of_an_instance() {
 #[test]
 fn a_memory_limit_too_small_to_start_is_refused_saying_so() {
     let dir = tempfile::tempdir().unwrap();
-    let err = load(
-        dir.path(),
-        &plugin_entry(
-            "p",
-            &plugin("pool-suffix"),
-            "memory_limit_mib = 1\n[plugin.settings]\nsuffix = \"-a\"",
-        ),
-    )
-    .unwrap_err();
+    // 25 pages of 64 KiB, more than 1 MiB. (The example plugins start with
+    // less: a 64 KiB stack, data and a heap.)
+    let big = hand_written(dir.path(), "big.wasm", "(memory 24)");
+    let err = load(dir.path(), &plugin_entry("p", &big, "memory_limit_mib = 1")).unwrap_err();
     assert!(
-        err.contains("memory_limit_mib = 1 is too small for this plugin: starting an instance asked for at least")
+        err.contains("memory_limit_mib = 1 is too small for this plugin: starting an instance asked for at least 2 MiB")
             && err.ends_with("raise memory_limit_mib"),
         "{err}"
     );

@@ -1,7 +1,9 @@
 //! `plugin bench CASES.toml`: the cases of `plugin test`, each decided many
 //! times through the registrar's decision path, timed per call: p50 and p99
 //! per case and per hook, in µs, with instantiation and the call itself
-//! apart. Every call runs in a fresh instance, as in the registrar.
+//! apart. Every call runs in a fresh instance, as in the registrar. The
+//! plugin's log lines are shown once per case, and the calls are timed with
+//! logging off.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,8 +29,8 @@ pub(super) fn run(cases: &Path, plugin: Option<&Path>, iterations: usize) -> any
         .unwrap_or(0)
         .max(24);
     println!(
-        "{:<width$} {:<12} {:>9} {:>9} {:>13} {:>9}",
-        "case", "hook", "p50 µs", "p99 µs", "instantiate", "call"
+        "{:<width$} {:<12} {:>9} {:>9} {:>7} {:>12} {:>7} {:>7} {:>11}",
+        "case", "hook", "p50 µs", "p99 µs", "set-up", "instantiate", "call", "rest", "memory KiB"
     );
     for case in &file.cases {
         let Ok((chain, ctx, input)) = loader.prepare(&file, case) else {
@@ -42,9 +44,15 @@ pub(super) fn run(cases: &Path, plugin: Option<&Path>, iterations: usize) -> any
         let mut samples = Vec::with_capacity(iterations);
         let mut refused = false;
         for i in 0..WARM_UP + iterations {
+            // The plugin's log lines are shown for the first call of a case;
+            // the others run with logging off, and are timed without it.
+            let quiet = (i > 0).then(|| {
+                tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::new())
+            });
             let started = Instant::now();
             let decided = author::decide(&chain, case.hook, &ctx, input.clone());
             let took = started.elapsed();
+            drop(quiet);
             let phases = last_call_phases().unwrap_or_default();
             refused |= decided.is_err();
             if i >= WARM_UP {
@@ -74,6 +82,18 @@ struct Sample {
     phases: CallPhases,
 }
 
+impl Sample {
+    /// Neither set-up, instantiation nor the call: reading the output,
+    /// dropping the instance, and the chain's checks of the answer.
+    fn rest(&self) -> Duration {
+        let p = &self.phases;
+        self.took
+            .saturating_sub(p.setup)
+            .saturating_sub(p.instantiate)
+            .saturating_sub(p.call)
+    }
+}
+
 fn row(name: &str, width: usize, hook: Hook, samples: &[Sample]) -> String {
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     let sorted = |key: fn(&Sample) -> Duration| {
@@ -83,12 +103,15 @@ fn row(name: &str, width: usize, hook: Hook, samples: &[Sample]) -> String {
     };
     let took = sorted(|s| s.took);
     format!(
-        "{name:<width$} {:<12} {:>9.1} {:>9.1} {:>13.1} {:>9.1}",
+        "{name:<width$} {:<12} {:>9.1} {:>9.1} {:>7.1} {:>12.1} {:>7.1} {:>7.1} {:>11}",
         hook.as_str(),
         us(percentile(&took, 50)),
         us(percentile(&took, 99)),
+        us(percentile(&sorted(|s| s.phases.setup), 50)),
         us(percentile(&sorted(|s| s.phases.instantiate), 50)),
         us(percentile(&sorted(|s| s.phases.call), 50)),
+        us(percentile(&sorted(Sample::rest), 50)),
+        samples.iter().map(|s| s.phases.memory).max().unwrap_or(0) >> 10,
     )
 }
 

@@ -23,7 +23,66 @@ pub(super) fn new_engine() -> wasmtime::Result<Engine> {
     // Guest code is stopped by epoch interruption (cheaper than fuel), host
     // calls by dropping their future: see `sandbox`.
     cfg.epoch_interruption(true);
+    cfg.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool()));
     Engine::new(&cfg)
+}
+
+/// How many plugin instances of one engine may be alive at once. The
+/// registrar calls its chain one hook at a time, and each call's instance
+/// ends with the call; a policy loads each plugin once.
+pub(super) const CONCURRENT_INSTANCES: u32 = 16;
+
+/// Why a component does not compile or load, in the author's terms: one
+/// that is valid but larger than an instance slot says so, with the limits.
+pub(super) fn explain_compile_error(e: &wasmtime::Error) -> String {
+    let text = format!("{e:#}");
+    match text.split_once("does not fit in pooling allocator requirements: ") {
+        Some((_, why)) => format!(
+            "the component needs more than an instance of the registrar may have: {why} (an instance may have {PER_COMPONENT} core instances, {PER_COMPONENT} memories and {PER_COMPONENT} tables, and a table {MAX_TABLE_ELEMENTS} elements)"
+        ),
+        None => format!("not a valid WebAssembly component: {text}"),
+    }
+}
+
+/// Limits of one component instance: componentize-py needs 17 core
+/// instances; the sandbox's limiter allows 64 of each.
+const PER_COMPONENT: u32 = 64;
+
+/// The most elements a table may have.
+pub(super) const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
+/// Every call runs in a fresh instance; the pooling allocator makes that
+/// cheap. Its slots (linear memories, tables, the fiber stacks of async
+/// calls) are reserved once per engine and reset between instances instead of
+/// being mapped and unmapped for each call, and a memory's copy-on-write image
+/// stays mapped in its slot. What an instance may use is still capped per
+/// call by the store's limiter (`memory_limit_mib`); the slots are only sized
+/// to hold the largest cap allowed.
+fn pool() -> wasmtime::PoolingAllocationConfig {
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    pool.total_component_instances(CONCURRENT_INSTANCES)
+        .max_memories_per_module(PER_COMPONENT)
+        .max_tables_per_module(PER_COMPONENT)
+        .max_core_instances_per_component(PER_COMPONENT)
+        .max_memories_per_component(PER_COMPONENT)
+        .max_tables_per_component(PER_COMPONENT)
+        .total_core_instances(CONCURRENT_INSTANCES * 24)
+        .total_memories(CONCURRENT_INSTANCES * 4)
+        .total_tables(CONCURRENT_INSTANCES * 24)
+        .total_stacks(CONCURRENT_INSTANCES)
+        // CPython's and SpiderMonkey's tables hold tens of thousands of
+        // functions. A slot reserves 8 bytes of address space an element.
+        .table_elements(MAX_TABLE_ELEMENTS)
+        .max_memory_size(
+            usize::try_from(crate::policy::file::MAX_MEMORY_LIMIT_MIB << 20).unwrap_or(usize::MAX),
+        )
+        // Between instances, the first 256 KiB of a memory are cleared with
+        // memset and the rest handed back with madvise (a TLB flush, then a
+        // page fault per page the next instance touches). A Rust plugin
+        // linked with a 64 KiB stack fits whole (docs/figures.md).
+        .linear_memory_keep_resident(256 << 10)
+        .table_keep_resident(16 << 10);
+    pool
 }
 
 static WORKER: OnceLock<PathBuf> = OnceLock::new();

@@ -162,7 +162,7 @@ impl Host {
                 compiler::compile(&self.engine, wasm).map(|c| (c, cache::CacheOutcome::Bypassed))
             }
         }
-        .map_err(|e| format!("not a valid WebAssembly component: {e:#}"))?;
+        .map_err(|e| compiler::explain_compile_error(&e))?;
         tracing::debug!(took = ?started.elapsed(), cache = ?outcome, "Plugin compiled");
         Ok(component)
     }

@@ -3,7 +3,8 @@
 //! - `host`: the engine, the linker and the timers shared by every plugin;
 //!   loading (read, pin check, compile or cache, link, checks, settings).
 //! - `bindings`: generated from the WIT world `registrar-policy`.
-//! - `sandbox`: one call in a fresh Store, under a deadline and a memory cap.
+//! - `sandbox`: one call in a fresh Store, under a deadline and a memory cap;
+//!   `watchdog`: the thread that fires the deadlines.
 //! - `component`: what a component must be before it runs.
 //! - `plugin`: `WasmPlugin`, the chain's view of a loaded plugin.
 //! - `cache`: compiled components on disk, bound to their pins.
@@ -25,6 +26,7 @@ mod component;
 mod host;
 mod plugin;
 mod sandbox;
+mod watchdog;
 
 pub(crate) use bindings::WIT_PACKAGE;
 pub(crate) use compiler::{compile_in_child_processes, compile_worker};

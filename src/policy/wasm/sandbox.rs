@@ -1,17 +1,17 @@
 //! The sandbox one plugin call runs in: a fresh `Store` with a memory cap for
 //! the whole instance, a deadline nothing can outlive, and the host-log import.
 //!
-//! **Deadlines.** Calls run as futures (wasmtime's async support), under
-//! `timeout_at(deadline)`:
+//! **Deadlines.** Calls run as futures (wasmtime's async support), raced
+//! against their deadline, which the [`Watchdog`] fires:
 //! - a call waiting in a host function (a WASI clock wait, say) is dropped at
 //!   the deadline, which unwinds the guest;
-//! - a call running guest code is stopped by epoch interruption: a timer armed
-//!   for this call bumps the engine's epoch at its deadline, and the store's
-//!   epoch callback traps once its own deadline has passed. Other calls that
-//!   see the bump go on.
+//! - a call running guest code is stopped by epoch interruption: at the
+//!   deadline the watchdog bumps the engine's epoch, and the store's epoch
+//!   callback traps once its own deadline has passed. Other calls that see
+//!   the bump go on.
 //!
-//! Timers exist only while calls are in flight, so an idle registrar has no
-//! wake-ups at all.
+//! The watchdog's thread sleeps without a timeout while no call is in flight,
+//! so an idle registrar has no wake-ups at all.
 //!
 //! **Memory.** The limiter sums every memory and table of the instance (all the
 //! core instances of the component), from their creation on.
@@ -19,44 +19,52 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::{self, Either};
+
 use wasmtime::component::{Instance, InstancePre, ResourceTable};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline, WasmBacktrace};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::csi_registrar::policy::host_log;
+use super::watchdog::Watchdog;
 use crate::policy::chain::CallError;
 
-/// A runtime that may be dropped anywhere: the last plugin of a policy can be
-/// dropped on the registrar's own runtime (a reload, the exit), where a
-/// blocking drop is not allowed. Nothing it runs needs waiting for.
-pub(crate) struct Timers(Option<tokio::runtime::Runtime>);
-
-impl std::ops::Deref for Timers {
-    type Target = tokio::runtime::Runtime;
-    fn deref(&self) -> &Self::Target {
-        self.0.as_ref().expect("present until dropped")
-    }
+/// What a plugin's calls run beside: the watchdog that fires their
+/// deadlines, and a runtime for the WASI clocks. The runtime may be dropped
+/// anywhere: the last plugin of a policy can be dropped on the registrar's
+/// own runtime (a reload, the exit), where a blocking drop is not allowed.
+/// Nothing it runs needs waiting for.
+pub(crate) struct Timers {
+    runtime: Option<tokio::runtime::Runtime>,
+    watchdog: Watchdog,
 }
 
 impl Drop for Timers {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
+        if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
     }
 }
 
 impl Timers {
-    /// One thread, which sleeps without a timeout while no call is in flight.
+    /// Two threads, which sleep without a timeout while no call is in flight.
     pub(crate) fn new() -> std::io::Result<Self> {
-        tokio::runtime::Builder::new_multi_thread()
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .max_blocking_threads(1)
             .thread_name("wasm-timers")
             .enable_time()
-            .build()
-            .map(|rt| Timers(Some(rt)))
+            .build()?;
+        Ok(Timers {
+            runtime: Some(runtime),
+            watchdog: Watchdog::new()?,
+        })
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime.as_ref().expect("present until dropped")
     }
 }
 
@@ -187,14 +195,16 @@ impl wasmtime::ResourceLimiter for Limiter {
 }
 
 /// Where one call's time went: setting up its store and deadline,
-/// instantiating, the call itself, and in all (with reading the output).
-/// For `plugin bench`.
+/// instantiating, the call itself, and in all (with reading the output);
+/// and the memory its instance held at the end (memories and tables, as the
+/// cap counts them). For `plugin bench`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CallPhases {
     pub(crate) setup: Duration,
     pub(crate) instantiate: Duration,
     pub(crate) call: Duration,
     pub(crate) total: Duration,
+    pub(crate) memory: usize,
 }
 
 thread_local! {
@@ -209,7 +219,7 @@ pub(crate) fn last_call_phases() -> Option<CallPhases> {
 /// What a call needs from its plugin.
 pub(super) struct CallSpec<'a> {
     pub engine: &'a Engine,
-    pub timers: &'a tokio::runtime::Runtime,
+    pub timers: &'a Timers,
     pub pre: &'a InstancePre<HostState>,
     pub plugin: &'a Arc<str>,
     pub hook: &'static str,
@@ -260,30 +270,30 @@ pub(super) fn call<R>(
             UpdateDeadline::Continue(1)
         })
     });
-    let _timers = spec.timers.enter();
-    let bump = spec.timers.spawn({
-        let engine = spec.engine.weak();
-        async move {
-            tokio::time::sleep_until(deadline.into()).await;
-            if let Some(engine) = engine.upgrade() {
-                engine.increment_epoch();
-            }
-        }
-    });
+    // WASI clocks sleep on the timers' runtime.
+    let _runtime = spec.timers.runtime().enter();
+    let armed = spec.timers.watchdog.arm(deadline, spec.engine.weak());
     let set_up = Instant::now();
     let mut instantiated = set_up;
-    let result = futures_executor::block_on(tokio::time::timeout_at(deadline.into(), async {
+    let work = async {
         let instance = spec.pre.instantiate_async(&mut store).await?;
         instantiated = Instant::now();
         f(&mut store, &instance).await
-    }));
+    };
+    let result = futures_executor::block_on(async {
+        match future::select(std::pin::pin!(work), armed).await {
+            Either::Left((answer, _disarmed)) => Some(answer),
+            Either::Right(((), _dropped)) => None,
+        }
+    });
     let called = Instant::now();
-    bump.abort();
+    let memory = store.data().limiter.used;
     let phases = |ended: Instant| CallPhases {
         setup: set_up - started,
         instantiate: instantiated.saturating_duration_since(set_up),
         call: called.saturating_duration_since(instantiated.max(set_up)),
         total: ended - started,
+        memory,
     };
 
     let output = out.contents();
@@ -292,9 +302,9 @@ pub(super) fn call<R>(
     }
     LAST_CALL.with(|c| c.set(Some(phases(Instant::now()))));
     let error = match result {
-        Ok(Ok(answer)) => return Ok(answer),
-        Err(_elapsed) => return Err(CallError::Timeout(spec.timeout)),
-        Ok(Err(e)) => e,
+        Some(Ok(answer)) => return Ok(answer),
+        None => return Err(CallError::Timeout(spec.timeout)),
+        Some(Err(e)) => e,
     };
     if let Some(backtrace) = error.downcast_ref::<WasmBacktrace>() {
         tracing::debug!(target: "plugin", plugin = %spec.plugin, hook = spec.hook, backtrace = %backtrace, "Plugin call failed here");
