@@ -7,7 +7,8 @@
 #   refusal, the Rust example's cases.toml (plugin test), and a whole
 #   registration through the demo with a pinned policy;
 # - versions in Go: the Rust example's cases.toml;
-# - build-plugin's refusals of what it cannot build;
+# - build-plugin's refusals of what it cannot build, and that it gives the
+#   same bytes from another checkout and cache;
 # then prints the figures of pool-suffix in the four languages, side by side
 # (docs/figures.md). Uses the release binary, since compiling a 3-18 MB
 # component in a debug build of wasmtime is slow.
@@ -124,6 +125,16 @@ if err=$(WASM_TOOLS=true go/build-plugin -o "$scratch/x.wasm" go/examples/pool-s
 grep -q "build-plugin: true is not version 1.263.0 (its --version says: nothing); install it with: cargo install --locked wasm-tools@1.263.0" <<<"$err" || fail "go: wrong tool: $err"
 passed=$((passed + 1))
 [ ! -e "$scratch/x.wasm" ] || fail "go: a refused build left $scratch/x.wasm"
+
+echo "--- go: the same sources give the same bytes, wherever they are"
+mkdir -p "$scratch/elsewhere/plugins"
+cp -r ../wit "$scratch/elsewhere/"
+cp -r go "$scratch/elsewhere/plugins/"
+CSI_REGISTRAR_GO_CACHE=$scratch/cache "$scratch/elsewhere/plugins/go/build-plugin" \
+    -o "$scratch/again.wasm" "$scratch/elsewhere/plugins/go/examples/pool-suffix" >/dev/null
+cmp -s "$scratch/again.wasm" target/go/pool_suffix_go.wasm ||
+    fail "go: pool-suffix built from another checkout and cache differs: $(sha256sum "$scratch/again.wasm" target/go/pool_suffix_go.wasm)"
+passed=$((passed + 1))
 
 echo "languages: $passed passed, 0 failed"
 
