@@ -6,7 +6,8 @@
 #   wasm-tools from crates.io): imports, hooks, a decision, a settings
 #   refusal, the Rust example's cases.toml (plugin test), and a whole
 #   registration through the demo with a pinned policy;
-# - versions in Go: the Rust example's cases.toml;
+# - versions, retry-backoff and default-policy (every hook) in Go: the Rust
+#   examples' cases.toml;
 # - build-plugin's refusals of what it cannot build, and that it gives the
 #   same bytes from another checkout and cache;
 # then prints the figures of pool-suffix in the four languages, side by side
@@ -24,7 +25,7 @@ passed=0
 python/pool-suffix/build.sh
 (cd javascript/pool-suffix && npm ci --silent --no-audit --no-fund && node build.mjs)
 mkdir -p target/go
-for example in pool-suffix versions; do
+for example in pool-suffix versions retry-backoff default-policy; do
     go/build-plugin -o "target/go/${example//-/_}_go.wasm" "go/examples/$example"
 done
 
@@ -84,9 +85,11 @@ TOML
     passed=$((passed + 1))
 done
 
-echo "--- go: versions"
-"$bin" plugin test examples/versions/cases.toml --plugin "$PWD/target/go/versions_go.wasm" || fail "go: versions cases"
-passed=$((passed + 1))
+for example in versions retry-backoff default-policy; do
+    echo "--- go: $example"
+    "$bin" plugin test "examples/$example/cases.toml" --plugin "$PWD/target/go/${example//-/_}_go.wasm" || fail "go: $example cases"
+    passed=$((passed + 1))
+done
 
 echo "--- go: what build-plugin refuses"
 scratch=$(mktemp -d)

@@ -190,10 +190,20 @@ func Export[S any](p Plugin[S]) {
 	abi.Register(exports(p))
 }
 
+// SettingsDefaulter is implemented by a plugin whose settings have
+// defaults: the keys the TOML table leaves out keep DefaultSettings' values.
+type SettingsDefaulter[S any] interface {
+	DefaultSettings() S
+}
+
 // Settings decodes settings as the registrar hands them to a plugin: JSON
-// into S, unknown keys refused.
+// into S (starting from DefaultSettings, if the plugin has them), unknown
+// keys refused.
 func Settings[S any](p Plugin[S], settingsJSON string) (S, error) {
 	var s S
+	if d, ok := p.(SettingsDefaulter[S]); ok {
+		s = d.DefaultSettings()
+	}
 	d := json.NewDecoder(bytes.NewReader([]byte(settingsJSON)))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&s); err != nil {

@@ -218,3 +218,26 @@ func TestLogGoesWhereTheGluePointsIt(t *testing.T) {
 		t.Fatalf("lines: %q", lines)
 	}
 }
+
+type defaulted struct{ nameOnly }
+
+type withDefaults struct {
+	A int    `json:"a"`
+	B string `json:"b"`
+}
+
+func (defaulted) Validate(withDefaults) error { return nil }
+func (defaulted) DefaultSettings() withDefaults {
+	return withDefaults{A: 7, B: "seven"}
+}
+
+func TestKeysLeftOutKeepTheDefaults(t *testing.T) {
+	got, err := Settings[withDefaults](defaulted{}, `{"b": "eight"}`)
+	if err != nil || got != (withDefaults{A: 7, B: "eight"}) {
+		t.Fatalf("got %+v %v", got, err)
+	}
+	got, _ = Settings[withDefaults](defaulted{}, `{}`)
+	if got != (withDefaults{A: 7, B: "seven"}) {
+		t.Fatalf("got %+v", got)
+	}
+}
