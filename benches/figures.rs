@@ -1,5 +1,7 @@
 //! The registrar's figures, measured the same way every time, printed as
-//! tables next to the Go registrar v2.17's (recorded: it cannot be built here).
+//! tables next to the Go registrar v2.17's, measured in the same run from
+//! `../shared/reference/csi-node-driver-registrar` when that binary is there
+//! (its column says so when it is not).
 //! Run with `cargo bench --bench figures` (`FIGURES=registrar` or
 //! `FIGURES=plugins` for one half); it asserts nothing.
 //!
@@ -100,11 +102,19 @@ struct Run {
     child: std::process::Child,
 }
 
-/// Spawns the registrar and waits for the first answered GetInfo.
-async fn start(sb: &Sandbox, extra: &[String], socket: &Path) -> Run {
+/// Upstream's registrar v2.17.0, built from its release tag, beside this
+/// repository (see its README); `None` on a clone without it.
+fn go_registrar() -> Option<std::path::PathBuf> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/csi-node-driver-registrar");
+    path.is_file().then_some(path)
+}
+
+/// Spawns a registrar and waits for the first answered GetInfo.
+async fn start(bin: &Path, sb: &Sandbox, extra: &[String], socket: &Path) -> Run {
     let _ = std::fs::remove_file(socket);
     let started = Instant::now();
-    let child = std::process::Command::new(registrar_bin())
+    let child = std::process::Command::new(bin)
         .args(sb.args())
         .args(extra)
         .stderr(std::process::Stdio::null())
@@ -145,17 +155,17 @@ struct Figures {
 /// then the time on CPU over 30 s idle, per 10 s. The CPU window starts 11 s
 /// after start-up: tokio's blocking threads (policy loading) end after 10 s
 /// idle, and a thread that ends takes its time out of the sum.
-async fn measure(sb: &Sandbox, extra: &[String], socket: &Path) -> Figures {
+async fn measure(bin: &Path, sb: &Sandbox, extra: &[String], socket: &Path) -> Figures {
     let startup = median({
         let mut v = Vec::new();
         for _ in 0..10 {
-            let run = start(sb, extra, socket).await;
+            let run = start(bin, sb, extra, socket).await;
             v.push(run.startup);
             stop(run);
         }
         v
     });
-    let run = start(sb, extra, socket).await;
+    let run = start(bin, sb, extra, socket).await;
     let pid = run.child.id();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_kib = rss_kib(pid);
@@ -258,20 +268,11 @@ async fn main() {
     }
 }
 
-async fn registrar_figures() {
-    let sb = Sandbox::new();
-    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
-        .await
-        .unwrap();
-    let socket = sb.socket(DRIVER);
-
-    let binary = std::fs::metadata(registrar_bin()).unwrap().len();
-    let default = measure(&sb, &[], &socket).await;
-    let no_probe = measure(&sb, &["--driver-probe-interval=0".into()], &socket).await;
-
-    // GetInfo latency on one connection, as a kubelet that keeps it open.
-    let run = start(&sb, &[], &socket).await;
-    let channel = csi_node_driver_registrar::testing::uds_channel(&socket)
+/// GetInfo p50 and p99 on one connection (2000 calls), as a kubelet that
+/// keeps it open.
+async fn get_info_latency(bin: &Path, sb: &Sandbox, socket: &Path) -> (Duration, Duration) {
+    let run = start(bin, sb, &[], socket).await;
+    let channel = csi_node_driver_registrar::testing::uds_channel(socket)
         .await
         .unwrap();
     let mut client = RegistrationClient::new(channel);
@@ -282,8 +283,32 @@ async fn registrar_figures() {
         lat.push(t.elapsed());
     }
     lat.sort();
-    let (p50, p99) = (lat[lat.len() / 2], lat[lat.len() * 99 / 100]);
     stop(run);
+    (lat[lat.len() / 2], lat[lat.len() * 99 / 100])
+}
+
+async fn registrar_figures() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let socket = sb.socket(DRIVER);
+    let ours = std::path::PathBuf::from(registrar_bin());
+
+    let binary = std::fs::metadata(&ours).unwrap().len();
+    let default = measure(&ours, &sb, &[], &socket).await;
+    let no_probe = measure(&ours, &sb, &["--driver-probe-interval=0".into()], &socket).await;
+    let latency = get_info_latency(&ours, &sb, &socket).await;
+
+    // Upstream's, the same way, in the same run.
+    let go = match go_registrar() {
+        Some(bin) => Some((
+            std::fs::metadata(&bin).unwrap().len(),
+            measure(&bin, &sb, &[], &socket).await,
+            get_info_latency(&bin, &sb, &socket).await,
+        )),
+        None => None,
+    };
 
     // One Rust example plugin (versions), without a cache and from the cache.
     let wasm_path = plugin("versions");
@@ -298,12 +323,14 @@ async fn registrar_figures() {
     )
     .unwrap();
     let cold = measure(
+        &ours,
         &sb,
         &[format!("--policy-config={}", cold_policy.display())],
         &socket,
     )
     .await;
     let cached = measure(
+        &ours,
         &sb,
         &[format!("--policy-config={}", cached_policy_file.display())],
         &socket,
@@ -312,55 +339,58 @@ async fn registrar_figures() {
 
     println!(
         "\n## Registrar ({}, this machine: {} cores)\n",
-        registrar_bin(),
+        ours.display(),
         std::thread::available_parallelism().unwrap()
     );
+    let absent = "not measured: ../shared/reference is absent";
     println!(
-        "The Go registrar v2.17 cannot be built here (the Go module proxy refuses \
-         github.com/kubernetes-csi/node-driver-registrar), so its column is the figures \
-         recorded in issue 12's run on a machine like this one, not measured in this run.\n"
-    );
-    println!(
-        "| figure | Go registrar v2.17 (recorded) | built-in policy | one Rust plugin, no cache | one Rust plugin, from the cache |"
+        "| figure | Go registrar v2.17 (../shared/reference, this run) | built-in policy | one Rust plugin, no cache | one Rust plugin, from the cache |"
     );
     println!("|---|---|---|---|---|");
-    let row = |name: &str, go: &str, f: &dyn Fn(&Figures) -> String| {
+    let row = |name: &str, f: &dyn Fn(&Figures) -> String| {
+        let upstream = go.as_ref().map_or(absent.to_owned(), |(_, g, _)| f(g));
         println!(
-            "| {name} | {go} | {} | {} | {} |",
+            "| {name} | {upstream} | {} | {} | {} |",
             f(&default),
             f(&cold),
             f(&cached)
         );
     };
-    row(
-        "start-up to first GetInfo (median of 10)",
-        "16.3 ms",
-        &|f| ms(f.startup),
-    );
-    row("RSS after registration + 5 s idle", "19.6 MB", &|f| {
+    row("start-up to first GetInfo (median of 10)", &|f| {
+        ms(f.startup)
+    });
+    row("RSS after registration + 5 s idle", &|f| {
         format!("{:.1} MB", f.rss_kib as f64 / 1024.0)
     });
     row(
-        "idle CPU per 10 s (defaults: the driver is watched)",
-        "0.39 ms (it does not watch the driver)",
+        "idle CPU per 10 s (defaults; upstream does not watch the driver)",
         &|f| ms(f.idle_cpu),
     );
-    row("wake-ups per 10 s idle", "not recorded", &|f| {
-        format!("{:.1}", f.wakeups)
-    });
-    row("threads when idle", "7", &|f| f.threads.to_string());
+    row("wake-ups per 10 s idle", &|f| format!("{:.1}", f.wakeups));
+    row("threads when idle", &|f| f.threads.to_string());
     println!(
-        "| idle CPU per 10 s, `--driver-probe-interval=0` | 0.39 ms | {} | | |",
+        "| idle CPU per 10 s, `--driver-probe-interval=0` (ours only) | | {} | | |",
         ms(no_probe.idle_cpu)
     );
     println!(
-        "| stripped binary | 20.1 MB | {:.1} MB | | |",
+        "| stripped binary | {} | {:.1} MB | | |",
+        go.as_ref()
+            .map_or(absent.to_owned(), |(size, _, _)| format!(
+                "{:.1} MB",
+                *size as f64 / 1e6
+            )),
         binary as f64 / 1e6
     );
     println!(
-        "| GetInfo p50 / p99, one connection (2000 calls) | ~0.25 ms | {} / {} | | |",
-        us(p50),
-        us(p99)
+        "| GetInfo p50 / p99, one connection (2000 calls) | {} | {} / {} | | |",
+        go.as_ref()
+            .map_or(absent.to_owned(), |(_, _, (p50, p99))| format!(
+                "{} / {}",
+                us(*p50),
+                us(*p99)
+            )),
+        us(latency.0),
+        us(latency.1)
     );
 }
 
@@ -388,9 +418,11 @@ fn plugin_figures() {
             ms(cached),
         );
     }
-    // Built by plugins/test-languages.sh (pinned componentize-py / componentize-js).
+    // Built by plugins/test-languages.sh (build-plugin, pinned
+    // componentize-py / componentize-js).
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/target");
     for (label, file) in [
+        ("pool-suffix (Go)", "go/pool_suffix_go.wasm"),
         ("pool-suffix (Python)", "python/pool_suffix_py.wasm"),
         ("pool-suffix (JavaScript)", "javascript/pool_suffix_js.wasm"),
     ] {
