@@ -155,7 +155,7 @@ for lang in rust go py js; do
     compile_ms=$((($(date +%s%N) - start) / 1000000))
     rm -rf "$dir"
     # The hook's row: p50, p99, set-up, instantiate, call, rest, memory.
-    row=$("$bin" plugin bench examples/pool-suffix/cases.toml --plugin "$wasm" --iterations "${ITERATIONS:-200}" | tail -1)
+    row=$("$bin" plugin bench examples/pool-suffix/cases.toml --plugin "$wasm" --iterations "${ITERATIONS:-200}" 2>/dev/null | tail -1)
     read -r p50 p99 memory < <(awk '{print $(NF-6), $(NF-5), $NF}' <<<"$row")
     printf '| %s | %s KB | %s ms | %s KiB | %s µs | %s µs |\n' "$lang" "$(($(stat -c %s "$wasm") / 1000))" "$compile_ms" "$memory" "$p50" "$p99"
 done
