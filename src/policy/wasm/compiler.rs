@@ -44,9 +44,9 @@ pub(super) fn explain_compile_error(e: &wasmtime::Error) -> String {
     }
 }
 
-/// Limits of one component instance: componentize-py needs 17 core
-/// instances; the sandbox's limiter allows 64 of each.
-const PER_COMPONENT: u32 = 64;
+/// Limits of one component instance, for the pool's slots and the
+/// sandbox's limiter alike: componentize-py needs 17 core instances.
+pub(super) const PER_COMPONENT: u32 = 64;
 
 /// The most elements a table may have.
 pub(super) const MAX_TABLE_ELEMENTS: usize = 1 << 20;

@@ -27,6 +27,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::csi_registrar::policy::host_log;
+use super::compiler::PER_COMPONENT;
 use super::watchdog::Watchdog;
 use crate::policy::chain::CallError;
 
@@ -179,18 +180,19 @@ impl wasmtime::ResourceLimiter for Limiter {
         }
     }
 
+    // The pool's slots hold the same counts (`compiler::PER_COMPONENT`):
+    // componentize-py needs 17 core instances; the byte cap bounds the sum of
+    // the memories and tables, this their bookkeeping.
     fn instances(&self) -> usize {
-        // componentize-py needs 17 core instances; leave room.
-        64
+        PER_COMPONENT as usize
     }
 
     fn memories(&self) -> usize {
-        // The byte cap bounds their sum; this bounds the bookkeeping.
-        64
+        PER_COMPONENT as usize
     }
 
     fn tables(&self) -> usize {
-        64
+        PER_COMPONENT as usize
     }
 }
 
