@@ -23,6 +23,7 @@ pub use crate::policy::{
     CallError, Chain, Context, DefaultPolicy, Failure, FailureAction, Hook, PluginHooks, Policy,
     PolicyError, Registration,
 };
+pub use crate::policy::{OciReference, OciSource, PluginSource, RegistryOptions};
 /// The generated protos: the kubelet's `pluginregistration` and CSI Identity.
 pub mod proto {
     pub use crate::proto::*;

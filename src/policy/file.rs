@@ -27,6 +27,10 @@ use toml::Spanned;
 
 use super::hook::Hook;
 use super::read::{MAX_POLICY_FILE, read_regular_file};
+use super::source::{
+    DEFAULT_PULL_MAX_MIB, DEFAULT_PULL_TIMEOUT_MS, OciReference, OciSource, PluginSource,
+    RegistryOptions,
+};
 use crate::toml_file::{self, line_of};
 
 /// Deadline of one plugin call unless the file says otherwise.
@@ -88,6 +92,15 @@ struct RawPolicy {
     epoch_tick_ms: Option<Spanned<toml::Value>>,
     min_retry_ms: Option<Spanned<u64>>,
     max_retry_ms: Option<Spanned<u64>>,
+    /// Credentials for `oci` plugins: a `.dockerconfigjson` file.
+    registry_auth_file: Option<PathBuf>,
+    /// PEM certificates trusted for registries, besides the system's.
+    registry_ca_file: Option<PathBuf>,
+    /// `HOST:PORT`s pulled from over plain HTTP.
+    #[serde(default)]
+    insecure_registries: Vec<Spanned<String>>,
+    pull_timeout_ms: Option<Spanned<u64>>,
+    pull_max_mib: Option<Spanned<u64>>,
     #[serde(default)]
     defaults: RawLimits,
 }
@@ -105,8 +118,12 @@ struct RawLimits {
 #[serde(deny_unknown_fields)]
 struct RawPlugin {
     id: Spanned<String>,
-    path: Spanned<PathBuf>,
+    path: Option<Spanned<PathBuf>>,
     sha256: Option<Spanned<String>>,
+    /// `REGISTRY/REPOSITORY@sha256:<manifest digest>`, instead of `path`.
+    oci: Option<Spanned<String>>,
+    /// The component's path inside a container image's layers.
+    oci_path: Option<Spanned<String>>,
     #[serde(default)]
     allow_unpinned: bool,
     hooks: Option<Vec<Hook>>,
@@ -133,6 +150,8 @@ pub struct PolicyFile {
     pub min_retry: Duration,
     /// The longest retry delay a plugin may ask for.
     pub max_retry: Duration,
+    /// How `oci` plugins' registries are reached.
+    pub registry: RegistryOptions,
     /// The plugins, in the order they run.
     pub plugins: Vec<PluginConfig>,
 }
@@ -142,10 +161,8 @@ pub struct PolicyFile {
 pub struct PluginConfig {
     /// The plugin's name in logs, metrics and errors.
     pub id: String,
-    /// Absolute, or relative to the policy file's directory.
-    pub path: PathBuf,
-    /// The pin; `None` only with `allow_unpinned = true`.
-    pub sha256: Option<[u8; 32]>,
+    /// The component: a pinned file or a pinned OCI artefact.
+    pub source: PluginSource,
     /// `None`: every hook the component exports.
     pub hooks: Option<BTreeSet<Hook>>,
     /// The deadline of one call (`timeout_ms`).
@@ -286,6 +303,40 @@ impl PolicyFile {
         }
 
         let base = path.parent().unwrap_or(Path::new("."));
+        let cache_dir = raw.policy.cache_dir.map(|c| base.join(c));
+        let mut insecure = Vec::new();
+        for h in &raw.policy.insecure_registries {
+            let host = h.get_ref();
+            if host.is_empty() || host.contains('/') || host.contains("://") {
+                return Err(invalid(
+                    h.span(),
+                    "policy.insecure_registries",
+                    format!(
+                        "{host:?} is not HOST:PORT: list registries as they appear in oci references, e.g. \"127.0.0.1:5000\""
+                    ),
+                ));
+            }
+            insecure.push(host.clone());
+        }
+        let registry = RegistryOptions {
+            auth_file: raw.policy.registry_auth_file.map(|f| base.join(f)),
+            ca_file: raw.policy.registry_ca_file.map(|f| base.join(f)),
+            insecure,
+            timeout: Duration::from_millis(ranged(
+                &raw.policy.pull_timeout_ms,
+                "policy.pull_timeout_ms",
+                DEFAULT_PULL_TIMEOUT_MS,
+                1,
+                3_600_000,
+            )?),
+            max_bytes: ranged(
+                &raw.policy.pull_max_mib,
+                "policy.pull_max_mib",
+                DEFAULT_PULL_MAX_MIB,
+                1,
+                4096,
+            )? << 20,
+        };
         let mut plugins: Vec<PluginConfig> = Vec::new();
         for p in raw.plugin {
             let id = p.id.get_ref();
@@ -309,24 +360,97 @@ impl PolicyFile {
                     format!("plugin id {id:?} is used twice: give each [[plugin]] its own id"),
                 ));
             }
-            let sha256 = match (&p.sha256, p.allow_unpinned) {
-                (Some(s), _) => Some(parse_sha256(s.get_ref()).map_err(|m| {
-                    invalid(
-                        s.span(),
-                        "plugin.sha256",
-                        format!("plugin {id:?}: sha256 {m}"),
-                    )
-                })?),
-                (None, true) => None,
-                (None, false) => {
+            let source = match (&p.path, &p.oci) {
+                (Some(_), Some(o)) => {
+                    return Err(invalid(
+                        o.span(),
+                        "plugin.oci",
+                        format!("plugin {id:?} has both path and oci: give one"),
+                    ));
+                }
+                (None, None) => {
                     return Err(invalid(
                         p.id.span(),
-                        "plugin.sha256",
+                        "plugin.path",
                         format!(
-                            "plugin {id:?} has no sha256 pin: add sha256 = \"<hex digest>\" (sha256sum {}) or set allow_unpinned = true",
-                            p.path.get_ref().display()
+                            "plugin {id:?} has no component: give path = \"FILE.wasm\" (with sha256) or oci = \"REGISTRY/REPOSITORY@sha256:<digest>\""
                         ),
                     ));
+                }
+                (None, Some(o)) => {
+                    if let Some(s) = &p.sha256 {
+                        return Err(invalid(
+                            s.span(),
+                            "plugin.sha256",
+                            format!(
+                                "plugin {id:?}: an oci plugin is pinned by the manifest digest in its reference; remove sha256"
+                            ),
+                        ));
+                    }
+                    let reference = OciReference::parse_pinned(o.get_ref()).map_err(|m| {
+                        invalid(o.span(), "plugin.oci", format!("plugin {id:?}: oci = {m}"))
+                    })?;
+                    let Some(dir) = &cache_dir else {
+                        return Err(invalid(
+                            o.span(),
+                            "plugin.oci",
+                            format!(
+                                "plugin {id:?} is pulled from a registry, which needs somewhere to keep it: set cache_dir in [policy]"
+                            ),
+                        ));
+                    };
+                    let path_in_image = match &p.oci_path {
+                        Some(op) if op.get_ref().trim_start_matches(['/', '.']).is_empty() => {
+                            return Err(invalid(
+                                op.span(),
+                                "plugin.oci_path",
+                                format!(
+                                    "plugin {id:?}: oci_path {:?} names no file: give the component's path in the image, e.g. \"/plugin.wasm\"",
+                                    op.get_ref()
+                                ),
+                            ));
+                        }
+                        Some(op) => Some(op.get_ref().clone()),
+                        None => None,
+                    };
+                    PluginSource::Oci(OciSource {
+                        reference,
+                        path_in_image,
+                        store: dir.join("oci"),
+                        registry: registry.clone(),
+                    })
+                }
+                (Some(file), None) => {
+                    if let Some(op) = &p.oci_path {
+                        return Err(invalid(
+                            op.span(),
+                            "plugin.oci_path",
+                            format!(
+                                "plugin {id:?}: oci_path is for oci plugins; for a file, path names the component"
+                            ),
+                        ));
+                    }
+                    let sha256 = match (&p.sha256, p.allow_unpinned) {
+                        (Some(s), _) => Some(parse_sha256(s.get_ref()).map_err(|m| {
+                            invalid(
+                                s.span(),
+                                "plugin.sha256",
+                                format!("plugin {id:?}: sha256 {m}"),
+                            )
+                        })?),
+                        (None, true) => None,
+                        (None, false) => {
+                            return Err(invalid(
+                                p.id.span(),
+                                "plugin.sha256",
+                                format!(
+                                    "plugin {id:?} has no sha256 pin: add sha256 = \"<hex digest>\" (sha256sum {}) or set allow_unpinned = true",
+                                    file.get_ref().display()
+                                ),
+                            ));
+                        }
+                    };
+                    PluginSource::file(base.join(file.get_ref()), sha256)
                 }
             };
             let settings_json = serde_json::to_string(&p.settings).map_err(|e| {
@@ -337,10 +461,20 @@ impl PolicyFile {
                 )
             })?;
             plugins.push(PluginConfig {
-                declared_at: Some((path.to_owned(), line_of(text, p.path.span().start))),
+                declared_at: Some((
+                    path.to_owned(),
+                    line_of(
+                        text,
+                        p.path
+                            .as_ref()
+                            .map(Spanned::span)
+                            .or(p.oci.as_ref().map(Spanned::span))
+                            .unwrap_or(p.id.span())
+                            .start,
+                    ),
+                )),
                 id: id.clone(),
-                path: base.join(p.path.get_ref()),
-                sha256,
+                source,
                 hooks: p.hooks.map(|h| h.into_iter().collect()),
                 timeout: Duration::from_millis(ranged(
                     &p.timeout_ms,
@@ -364,10 +498,11 @@ impl PolicyFile {
 
         Ok(PolicyFile {
             source: path.to_owned(),
-            cache_dir: raw.policy.cache_dir.map(|c| base.join(c)),
+            cache_dir,
             cache_key_file: raw.policy.cache_key_file.map(|c| base.join(c)),
             min_retry: Duration::from_millis(min_retry),
             max_retry: Duration::from_millis(max_retry),
+            registry,
             plugins,
         })
     }
@@ -429,8 +564,11 @@ on_error = "fail"
         assert_eq!(cfg.min_retry, Duration::from_millis(100));
         assert_eq!(cfg.plugins.len(), 2);
         let a = &cfg.plugins[0];
-        assert_eq!(a.path, PathBuf::from("/etc/registrar/rename.wasm"));
-        assert_eq!(a.sha256.unwrap()[0], 0x9c);
+        let PluginSource::File { path, sha256 } = &a.source else {
+            panic!("a file plugin")
+        };
+        assert_eq!(path, &PathBuf::from("/etc/registrar/rename.wasm"));
+        assert_eq!(sha256.unwrap()[0], 0x9c);
         assert_eq!(a.timeout, Duration::from_millis(50));
         assert_eq!(a.memory_limit_bytes, 8 << 20);
         assert_eq!(a.on_error, OnError::Skip);
@@ -443,8 +581,7 @@ on_error = "fail"
         assert_eq!(settings["suffix"], "-a");
         assert_eq!(settings["nested"]["x"], 1);
         let b = &cfg.plugins[1];
-        assert_eq!(b.path, PathBuf::from("/abs/retry.wasm"));
-        assert_eq!(b.sha256, None);
+        assert_eq!(b.source, PluginSource::file("/abs/retry.wasm", None));
         assert_eq!(b.on_error, OnError::Fail);
         assert_eq!(b.settings_json, "{}");
         assert_eq!(b.memory_limit_bytes, DEFAULT_MEMORY_LIMIT_MIB << 20);
@@ -577,6 +714,96 @@ on_error = "fail"
         assert!(
             err.contains("key policy.epoch_tick: unknown field"),
             "{err}"
+        );
+    }
+
+    const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn oci_plugins_and_registry_keys() {
+        let cfg = parse(&format!(
+            r#"
+[policy]
+cache_dir = "/var/cache/reg"
+registry_auth_file = "pull-secret/.dockerconfigjson"
+registry_ca_file = "/etc/ca.pem"
+insecure_registries = ["127.0.0.1:5000"]
+pull_timeout_ms = 5000
+pull_max_mib = 64
+
+[[plugin]]
+id = "py"
+oci = "127.0.0.1:5000/policies/pool@{DIGEST}"
+
+[[plugin]]
+id = "img"
+oci = "ghcr.io/org/image@{DIGEST}"
+oci_path = "/plugin.wasm"
+"#
+        ))
+        .unwrap();
+        let r = &cfg.registry;
+        assert_eq!(
+            r.auth_file.as_deref(),
+            Some(Path::new("/etc/registrar/pull-secret/.dockerconfigjson"))
+        );
+        assert_eq!(r.ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
+        assert!(r.is_insecure("127.0.0.1:5000") && !r.is_insecure("ghcr.io"));
+        assert_eq!(r.timeout, Duration::from_secs(5));
+        assert_eq!(r.max_bytes, 64 << 20);
+        let PluginSource::Oci(o) = &cfg.plugins[0].source else {
+            panic!("an oci plugin")
+        };
+        assert_eq!(o.reference.repository, "policies/pool");
+        assert_eq!(o.store, PathBuf::from("/var/cache/reg/oci"));
+        assert_eq!(o.path_in_image, None);
+        assert_eq!(cfg.plugins[0].declared_at.as_ref().unwrap().1, 12);
+        let PluginSource::Oci(o) = &cfg.plugins[1].source else {
+            panic!("an oci plugin")
+        };
+        assert_eq!(o.path_in_image.as_deref(), Some("/plugin.wasm"));
+    }
+
+    #[test]
+    fn oci_mistakes_name_the_key() {
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        assert_eq!(
+            err(
+                "[policy]\ncache_dir = \"c\"\n[[plugin]]\nid = \"a\"\noci = \"ghcr.io/org/p:v1\"\n"
+            ),
+            "policy file /etc/registrar/policy.toml, line 5, key plugin.oci: plugin \"a\": oci = \"ghcr.io/org/p:v1\" is not pinned: a tag can move, so the policy pins the manifest digest (REGISTRY/REPOSITORY@sha256:<digest>); `csi-node-driver-registrar plugin pull ghcr.io/org/p:v1` prints the pinned line"
+        );
+        assert_eq!(
+            err(&format!(
+                "[[plugin]]\nid = \"a\"\noci = \"ghcr.io/org/p@{DIGEST}\"\n"
+            )),
+            "policy file /etc/registrar/policy.toml, line 3, key plugin.oci: plugin \"a\" is pulled from a registry, which needs somewhere to keep it: set cache_dir in [policy]"
+        );
+        let both = err(&format!(
+            "[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\noci = \"ghcr.io/org/p@{DIGEST}\"\n"
+        ));
+        assert!(
+            both.contains("line 4, key plugin.oci") && both.contains("both path and oci"),
+            "{both}"
+        );
+        let neither = err("[[plugin]]\nid = \"a\"\n");
+        assert!(
+            neither.contains("line 2, key plugin.path") && neither.contains("has no component"),
+            "{neither}"
+        );
+        let pinned_twice = err(&format!(
+            "[policy]\ncache_dir = \"c\"\n[[plugin]]\nid = \"a\"\noci = \"ghcr.io/org/p@{DIGEST}\"\nsha256 = \"{PIN}\"\n"
+        ));
+        assert!(
+            pinned_twice.contains("line 6, key plugin.sha256")
+                && pinned_twice.contains("remove sha256"),
+            "{pinned_twice}"
+        );
+        let url = err("[policy]\ninsecure_registries = [\"http://r:5000\"]\n");
+        assert!(
+            url.contains("line 2, key policy.insecure_registries")
+                && url.contains("is not HOST:PORT"),
+            "{url}"
         );
     }
 

@@ -6,6 +6,8 @@
 //!   [`DefaultPolicy`], which reproduces the Go registrar exactly.
 //! - `hook`: the one table of hooks a plugin can implement.
 //! - `file`: the policy file (TOML).
+//! - `source`: where a plugin comes from (a pinned file or OCI artefact);
+//!   `oci` (feature `oci`): pulling and pushing those artefacts.
 //! - `chain`: plugins in TOML order in front of the built-in policy.
 //! - `load`: a policy file into a policy.
 //! - `wasm` (feature `wasm`): the wasmtime host.
@@ -22,7 +24,10 @@ mod decision;
 pub(crate) mod file;
 mod hook;
 mod load;
+#[cfg(feature = "oci")]
+pub(crate) mod oci;
 pub(crate) mod read;
+pub(crate) mod source;
 #[cfg(feature = "wasm")]
 pub(crate) mod wasm;
 
@@ -35,5 +40,6 @@ pub use file::PolicyFileError;
 pub use hook::Hook;
 pub use load::LoadError;
 pub(crate) use load::load;
+pub use source::{OciReference, OciSource, PluginSource, RegistryOptions};
 #[cfg(feature = "wasm")]
 pub use wasm::PluginLoadError;

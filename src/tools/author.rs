@@ -12,23 +12,89 @@ use crate::policy::file::{
     DEFAULT_MAX_RETRY_MS, DEFAULT_MEMORY_LIMIT_MIB, DEFAULT_MIN_RETRY_MS, DEFAULT_TIMEOUT_MS, Mode,
     OnError, PluginConfig,
 };
-use crate::policy::wasm::{Host, WIT_PACKAGE, cache, check_is_component, read_component};
-use crate::policy::{Chain, Context, Failure, Hook, PluginLoadError, PolicyError, Registration};
+use crate::policy::wasm::{Host, WIT_PACKAGE, cache, check_is_component, read_source};
+use crate::policy::{
+    Chain, Context, Failure, Hook, OciReference, OciSource, PluginLoadError, PluginSource,
+    PolicyError, Registration, RegistryOptions,
+};
 
 /// The engine the tools load plugins with.
 pub(crate) fn host() -> anyhow::Result<Arc<Host>> {
     Host::new().map_err(|e| anyhow::anyhow!("cannot start the WebAssembly engine: {e:#}"))
 }
 
+/// How the tools reach registries, from the `plugin` command's flags.
+static REGISTRY: std::sync::OnceLock<(RegistryOptions, PathBuf, Option<String>)> =
+    std::sync::OnceLock::new();
+
+/// Sets how `oci://` components are reached, once per process.
+pub(super) fn set_registry(args: &super::cli::RegistryArgs) {
+    let store = args.oci_cache_dir.clone().unwrap_or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("csi-node-driver-registrar")
+            .join("oci")
+    });
+    let options = RegistryOptions {
+        auth_file: args.registry_auth_file.clone(),
+        ca_file: args.registry_ca_file.clone(),
+        insecure: args.insecure_registries.clone(),
+        ..RegistryOptions::default()
+    };
+    let _ = REGISTRY.set((options, store, args.oci_path.clone()));
+}
+
+/// Where a component named on the command line comes from: `oci://…` (a
+/// tag is allowed: it is resolved at load), or a file.
+pub(crate) fn source_of(arg: &Path) -> Result<PluginSource, String> {
+    let Some(text) = arg.to_str().filter(|s| s.starts_with("oci://")) else {
+        return Ok(PluginSource::file(arg, None));
+    };
+    let reference = OciReference::parse(text)?;
+    let (registry, store, path_in_image) = REGISTRY.get().cloned().unwrap_or_else(|| {
+        (
+            RegistryOptions::default(),
+            std::env::temp_dir().join("csi-node-driver-registrar-oci"),
+            None,
+        )
+    });
+    Ok(PluginSource::Oci(OciSource {
+        reference,
+        path_in_image,
+        store,
+        registry,
+    }))
+}
+
 /// A plugin configuration for the author tools: no pin, default limits.
+/// `path` may be an `oci://` reference; one that cannot be parsed fails at
+/// load, with the parser's words.
 pub fn unpinned(path: &Path) -> PluginConfig {
-    PluginConfig {
-        id: path
+    let (source, bad) = match source_of(path) {
+        Ok(s) => (s, None),
+        Err(e) => (PluginSource::file(path, None), Some(e)),
+    };
+    let id = match &source {
+        PluginSource::Oci(o) => o
+            .reference
+            .repository
+            .rsplit('/')
+            .next()
+            .unwrap_or("plugin")
+            .to_owned(),
+        PluginSource::File { .. } => path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "plugin".into()),
-        path: path.to_owned(),
-        sha256: None,
+    };
+    if let Some(e) = bad {
+        tracing::debug!("{e}");
+    }
+    PluginConfig {
+        id,
+        source,
         hooks: None,
         timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
         memory_limit_bytes: DEFAULT_MEMORY_LIMIT_MIB << 20,
@@ -204,7 +270,7 @@ pub(crate) fn precompile(
     key: &cache::CacheKey,
 ) -> Result<PathBuf, PluginLoadError> {
     let cfg = unpinned(path);
-    let wasm = read_component(path).map_err(|m| cfg.error(m))?;
+    let wasm = read_source(&cfg).map_err(|m| cfg.error(m))?;
     check_is_component(&wasm).map_err(|m| cfg.error(m))?;
     let digest: [u8; 32] = Sha256::digest(&wasm).into();
     cache::load_or_compile(host.engine(), cache_dir, key, &wasm, &digest)

@@ -25,10 +25,43 @@ pub(super) enum Command {
         #[arg(long)]
         policy: Option<PathBuf>,
     },
-    /// Tools for policy plugin authors: inspect, validate, run, test, bench, precompile.
+    /// Tools for policy plugin authors: inspect, validate, run, test, bench,
+    /// precompile, push, pull. Where a component is asked for, an
+    /// `oci://REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST]` reference is accepted too.
     #[cfg(feature = "wasm")]
+    Plugin(PluginArgs),
+}
+
+/// `plugin`'s arguments: the registry flags, then the subcommand.
+#[cfg(feature = "wasm")]
+#[derive(Debug, clap::Args)]
+pub(super) struct PluginArgs {
+    #[command(flatten)]
+    pub(super) registry: RegistryArgs,
     #[command(subcommand)]
-    Plugin(PluginCommand),
+    pub(super) command: PluginCommand,
+}
+
+/// How `oci://` components are reached: the policy file's `[policy]` keys, as flags.
+#[cfg(feature = "wasm")]
+#[derive(Debug, Clone, clap::Args)]
+pub(super) struct RegistryArgs {
+    /// Registry credentials: a .dockerconfigjson file (`registry_auth_file`).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(super) registry_auth_file: Option<PathBuf>,
+    /// PEM certificates trusted for registries besides the system's (`registry_ca_file`).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(super) registry_ca_file: Option<PathBuf>,
+    /// A registry reached over plain HTTP (repeatable; `insecure_registries`).
+    #[arg(long = "insecure-registry", global = true, value_name = "HOST:PORT")]
+    pub(super) insecure_registries: Vec<String>,
+    /// For an image: the component's path in its layers (`oci_path`).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(super) oci_path: Option<String>,
+    /// Where pulled blobs are kept (default: $XDG_CACHE_HOME or ~/.cache, then
+    /// csi-node-driver-registrar/oci).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(super) oci_cache_dir: Option<PathBuf>,
 }
 
 #[cfg(feature = "wasm")]
@@ -88,6 +121,24 @@ pub(super) enum PluginCommand {
     },
     /// Print a new random key for `policy.cache_key_file` (64 hex digits).
     CacheKey,
+    /// Push a component to a registry as the CNCF wasm artefact (config
+    /// application/vnd.wasm.config.v0+json, one application/wasm layer), and
+    /// print the pinned `oci = "…@sha256:…"` line for the policy file.
+    Push {
+        /// The component (.wasm).
+        wasm: PathBuf,
+        /// REGISTRY/REPOSITORY[:TAG]
+        reference: String,
+    },
+    /// Pull a plugin (a wasm artefact, or a file of an image with --oci-path),
+    /// verify and load it, and print the pinned `oci = "…@sha256:…"` line.
+    Pull {
+        /// REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST]
+        reference: String,
+        /// Also write the component to this file.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Used by the registrar itself: compile the component on stdin, write the
     /// precompiled form on stdout.
     #[command(hide = true)]

@@ -4,7 +4,8 @@
 //!
 //! - `cli`: the tools' command line.
 //! - `demo`: a driver stand-in, the registrar and a kubelet stand-in, narrated.
-//! - `inspect`, `validate`, `run`, `test`, `precompile`, `cache_key`:
+//! - `inspect`, `validate`, `run`, `test`, `precompile`, `cache_key`, `oci`
+//!   (push and pull):
 //!   `plugin …`, one file per subcommand; `author` holds what they share
 //!   (the registrar's decision path for one plugin) and what the tests reach.
 //! - `standins`: a CSI driver and a kubelet built from the same protos, for
@@ -24,6 +25,8 @@ mod cli;
 mod demo;
 #[cfg(feature = "wasm")]
 mod inspect;
+#[cfg(feature = "oci")]
+mod oci;
 #[cfg(feature = "wasm")]
 mod precompile;
 #[cfg(feature = "wasm")]
@@ -56,8 +59,22 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
     let result = match tools.command {
         Command::Demo { policy } => runtime().block_on(demo::run(policy)),
         #[cfg(feature = "wasm")]
-        Command::Plugin(cmd) => {
+        Command::Plugin(cli::PluginArgs {
+            registry,
+            command: cmd,
+        }) => {
             use cli::PluginCommand as P;
+            author::set_registry(&registry);
+            let named = match &cmd {
+                P::Inspect { wasm, .. } | P::Validate { wasm, .. } => Some(wasm.as_path()),
+                P::Run(args) => Some(args.wasm.as_path()),
+                P::Test { plugin, .. } | P::Bench { plugin, .. } => plugin.as_deref(),
+                _ => None,
+            };
+            if let Some(Err(e)) = named.map(author::source_of) {
+                eprintln!("error: {e}");
+                return Some(ExitCode::from(2));
+            }
             // The plugin tools only print: end quietly when the reader goes away
             // (`| head`) instead of panicking on EPIPE. Not for the demo: its
             // sockets must see EPIPE as an error, not die of SIGPIPE.
@@ -88,6 +105,14 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
                     cache_dir,
                     cache_key_file,
                 } => precompile::run(&wasm, &cache_dir, &cache_key_file),
+                #[cfg(feature = "oci")]
+                P::Push { wasm, reference } => oci::push(&wasm, &reference),
+                #[cfg(feature = "oci")]
+                P::Pull { reference, output } => oci::pull(&reference, output.as_deref()),
+                #[cfg(not(feature = "oci"))]
+                P::Push { .. } | P::Pull { .. } => Err(anyhow::anyhow!(
+                    "this build has no OCI registry client (built without the `oci` feature)"
+                )),
             }
         }
     };

@@ -4,12 +4,14 @@
 //!   (`testing::Harness`), waited on through its state;
 //! - `process`: the registrar binary, for exit codes, signals and the log;
 //! - `plugins`: the plugins built from `plugins/`, and policy files naming them;
-//! - `http`: the HTTP server, from outside.
+//! - `http`: the HTTP server, from outside;
+//! - `registry`: a real OCI registry on loopback, and `oras`.
 #![allow(dead_code, unused_imports, unreachable_pub)]
 
 pub mod http;
 pub mod plugins;
 pub mod process;
+pub mod registry;
 pub mod sandbox;
 
 pub use csi_node_driver_registrar::testing::PATIENCE;

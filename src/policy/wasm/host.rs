@@ -26,7 +26,8 @@ use crate::policy::hook::Hook;
 pub struct PluginLoadError {
     /// The plugin's `id`.
     pub id: String,
-    /// The component file (or the policy file, when the engine cannot start).
+    /// The component file, its `oci://` reference, or the policy file when
+    /// the engine cannot start.
     pub path: PathBuf,
     /// The policy file and the line that declare the plugin.
     pub declared_at: Option<(PathBuf, usize)>,
@@ -101,17 +102,8 @@ impl Host {
         cache: Option<(&Path, &cache::CacheKey)>,
     ) -> Result<(WasmPlugin, Vec<u8>), PluginLoadError> {
         let fail = |message: String| cfg.error(message);
-        let wasm = component::read_component(&cfg.path).map_err(&fail)?;
+        let wasm = component::read_source(cfg).map_err(&fail)?;
         let digest: [u8; 32] = Sha256::digest(&wasm).into();
-        if let Some(pin) = cfg.sha256
-            && pin != digest
-        {
-            return Err(fail(format!(
-                "sha256 is {}, but the policy file pins {}: ship the pinned file or update the pin",
-                hex::encode(digest),
-                hex::encode(pin)
-            )));
-        }
         let component = self.compile(&wasm, &digest, cache).map_err(fail)?;
         let hooks = exported_hooks(&self.engine, &component).map_err(fail)?;
         let selected: BTreeSet<Hook> = match &cfg.hooks {
@@ -172,7 +164,7 @@ impl PluginConfig {
     pub(crate) fn error(&self, message: String) -> PluginLoadError {
         PluginLoadError {
             id: self.id.clone(),
-            path: self.path.clone(),
+            path: PathBuf::from(self.source.to_string()),
             declared_at: self.declared_at.clone(),
             message,
         }

@@ -30,7 +30,9 @@ mod watchdog;
 
 pub(crate) use bindings::WIT_PACKAGE;
 pub(crate) use compiler::{compile_in_child_processes, compile_worker};
-pub(crate) use component::{check_is_component, read_component};
+#[cfg(feature = "oci")]
+pub(crate) use component::read_component;
+pub(crate) use component::{check_is_component, read_source};
 pub use host::{Host, PluginLoadError, load_chain};
 pub use plugin::WasmPlugin;
 pub(crate) use sandbox::{CallPhases, last_call_phases};

@@ -1,0 +1,21 @@
+//! Plugins from OCI registries: pulled by a pinned manifest digest into the
+//! cache, verified on every load; pushed as the CNCF wasm artefact.
+//!
+//! - `registry`: reaching a registry: credentials from a `.dockerconfigjson`,
+//!   trust, plain HTTP, and bounded reads of manifests and blobs.
+//! - `store`: blobs on disk by digest, written atomically, checked on every read.
+//! - `artifact`: which manifests are plugins, and where the component is in
+//!   them (a wasm layer, or a file in an image's tar layers).
+//! - `pull`: a source into the component's bytes, from the store or the registry.
+//! - `push`: a component into the CNCF wasm artefact layout.
+//!
+//! This file only names the parts; they import each other, never it.
+
+mod artifact;
+mod pull;
+mod push;
+mod registry;
+mod store;
+
+pub(crate) use pull::{fetch, resolve};
+pub(crate) use push::{ComponentInfo, push};

@@ -1,0 +1,96 @@
+//! `plugin push` and `plugin pull`: components to and from OCI registries,
+//! ending with the pinned line a policy file takes.
+
+use std::path::Path;
+
+use super::author;
+use crate::policy::oci::{self, ComponentInfo};
+use crate::policy::{OciReference, PluginSource};
+
+/// The line to paste into a `[[plugin]]` entry.
+fn pinned_line(reference: &OciReference, digest: &str) -> String {
+    let repo = match &reference.tag {
+        Some(t) => format!("{}/{}:{t}", reference.registry, reference.repository),
+        None => format!("{}/{}", reference.registry, reference.repository),
+    };
+    format!("oci = \"{repo}@{digest}\"")
+}
+
+pub(super) fn push(wasm: &Path, reference: &str) -> anyhow::Result<()> {
+    let reference = OciReference::parse(reference).map_err(anyhow::Error::msg)?;
+    if reference.digest.is_some() {
+        anyhow::bail!(
+            "{reference}: push to a tag or a bare repository; the digest is the manifest's, and is printed once pushed"
+        );
+    }
+    // Only what the registrar would load is pushed.
+    let inspection = author::inspect(&author::host()?, wasm)?;
+    let bytes = crate::policy::wasm::read_component(wasm)
+        .map_err(|m| anyhow::anyhow!("{}: {m}", wasm.display()))?;
+    let info = ComponentInfo {
+        exports: inspection.exports.clone(),
+        imports: inspection.imports.clone(),
+        file_name: wasm
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plugin.wasm".into()),
+    };
+    let options = match author::source_of(Path::new(&format!("oci://{reference}")))
+        .map_err(anyhow::Error::msg)?
+    {
+        PluginSource::Oci(o) => o.registry,
+        PluginSource::File { .. } => unreachable!("an oci:// argument"),
+    };
+    let digest = oci::push(bytes, &info, &reference, &options).map_err(anyhow::Error::msg)?;
+    eprintln!(
+        "pushed {} ({} {}, {} bytes, sha256 {}) to {reference}",
+        wasm.display(),
+        inspection.name,
+        inspection.version,
+        inspection.size_bytes,
+        inspection.sha256
+    );
+    println!("{}", pinned_line(&reference, &digest));
+    Ok(())
+}
+
+pub(super) fn pull(reference: &str, output: Option<&Path>) -> anyhow::Result<()> {
+    let arg = if reference.starts_with("oci://") {
+        reference.to_owned()
+    } else {
+        format!("oci://{reference}")
+    };
+    let PluginSource::Oci(mut source) =
+        author::source_of(Path::new(&arg)).map_err(anyhow::Error::msg)?
+    else {
+        unreachable!("an oci:// argument")
+    };
+    let digest = oci::resolve(&source.reference, &source.registry, &source.store)
+        .map_err(anyhow::Error::msg)?;
+    source.reference.digest = Some(digest.clone());
+    let pulled = oci::fetch(&source).map_err(anyhow::Error::msg)?;
+    // Loaded as the registrar would, from the pinned reference.
+    let pinned = format!("oci://{}", source.reference);
+    let inspection = author::inspect(&author::host()?, Path::new(&pinned))?;
+    if let Some(out) = output {
+        std::fs::write(out, &pulled.wasm)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+    }
+    eprintln!(
+        "pulled {} ({} {}, {} bytes, sha256 {}; hooks {}){}",
+        source.reference,
+        inspection.name,
+        inspection.version,
+        inspection.size_bytes,
+        inspection.sha256,
+        inspection.hooks.join(", "),
+        output
+            .map(|o| format!(" into {}", o.display()))
+            .unwrap_or_default()
+    );
+    println!("{}", pinned_line(&source.reference, &digest));
+    if let Some(p) = &source.path_in_image {
+        println!("oci_path = \"{p}\"");
+    }
+    Ok(())
+}

@@ -1,0 +1,454 @@
+//! Plugins pulled from a real OCI registry (the CNCF distribution registry on
+//! loopback), pushed by our `plugin push` and by `oras`, in the three formats
+//! in use; and every bad input refused with its words, leaving nothing
+//! half-written in the cache.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::registry::{Options, PASSWORD, Registry, oras, pushed_digest, stray_files, tool};
+use common::*;
+use csi_node_driver_registrar::testing::Policy;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_csi-node-driver-registrar")
+}
+
+/// `plugin push` with `flags`; the `oci = "…"` line it printed.
+fn push(wasm: &Path, reference: &str, flags: &[&str]) -> String {
+    let out = Command::new(bin())
+        .args(["plugin", "push"])
+        .arg(wasm)
+        .arg(reference)
+        .args(flags)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "plugin push failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout.lines().find(|l| l.starts_with("oci = ")).unwrap();
+    line.trim_start_matches("oci = ")
+        .trim_matches('"')
+        .to_owned()
+}
+
+/// A policy pulling `reference` into `dir/cache`, with `policy` lines in
+/// `[policy]` and `plugin` lines in the entry.
+fn policy(dir: &Path, reference: &str, policy: &str, plugin: &str) -> String {
+    format!(
+        "{}{policy}\n[[plugin]]\nid = \"p\"\noci = \"{reference}\"\n{plugin}\n[plugin.settings]\nsuffix = \"-a\"\n",
+        cached_policy(dir, &dir.join("cache"))
+    )
+}
+
+fn insecure(r: &Registry) -> String {
+    format!("insecure_registries = [\"{}\"]", r.addr)
+}
+
+fn store(dir: &Path) -> PathBuf {
+    dir.join("cache/oci")
+}
+
+fn renames(dir: &Path, toml: &str) {
+    let chain = load(dir, toml).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        chain.registration(&ctx()).unwrap().name,
+        "hostpath.csi.k8s.io-a"
+    );
+}
+
+#[test]
+fn a_pushed_plugin_is_pulled_once_then_loaded_from_the_cache_without_the_registry() {
+    let Some(mut registry) = Registry::start(Options::default()) else {
+        return;
+    };
+    let wasm = plugin("pool-suffix");
+    let reference = push(
+        &wasm,
+        &format!("{}/policies/pool-suffix:v1", registry.addr),
+        &["--insecure-registry", &registry.addr],
+    );
+    assert!(reference.contains(":v1@sha256:"), "{reference}");
+    // The same component gives the same pin.
+    let again = push(
+        &wasm,
+        &format!("{}/policies/pool-suffix:v2", registry.addr),
+        &["--insecure-registry", &registry.addr],
+    );
+    assert_eq!(
+        reference.rsplit_once('@').unwrap().1,
+        again.rsplit_once('@').unwrap().1
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let toml = policy(dir.path(), &reference, &insecure(&registry), "");
+    renames(dir.path(), &toml);
+    let layer = store(dir.path())
+        .join("blobs/sha256")
+        .join(sha256_hex(&wasm));
+    assert_eq!(
+        std::fs::read(&layer).unwrap(),
+        std::fs::read(&wasm).unwrap()
+    );
+    assert!(stray_files(&store(dir.path())).is_empty());
+
+    // The registry goes away: a restart still loads, from the cache.
+    registry.stop();
+    renames(dir.path(), &toml);
+}
+
+#[test]
+fn oras_and_plugin_push_artefacts_are_interchangeable() {
+    let (Some(registry), Some(oras_bin)) = (
+        Registry::start(Options::default()),
+        tool("oras", "go install oras.land/oras/cmd/oras@v1.3.6"),
+    ) else {
+        return;
+    };
+    let wasm = plugin("pool-suffix");
+    let work = tempfile::tempdir().unwrap();
+    std::fs::copy(&wasm, work.path().join("plugin.wasm")).unwrap();
+    std::fs::write(
+        work.path().join("config.json"),
+        r#"{"architecture":"wasm","os":"wasip2"}"#,
+    )
+    .unwrap();
+    let repo = format!("{}/policies/from-oras", registry.addr);
+
+    // 1. The CNCF wasm artefact, 2. the older layer type.
+    let cncf = pushed_digest(&oras(
+        &oras_bin,
+        work.path(),
+        &[
+            "push",
+            &format!("{repo}:cncf"),
+            "--config",
+            "config.json:application/vnd.wasm.config.v0+json",
+            "plugin.wasm:application/wasm",
+        ],
+    ));
+    let old = pushed_digest(&oras(
+        &oras_bin,
+        work.path(),
+        &[
+            "push",
+            &format!("{repo}:old"),
+            "plugin.wasm:application/vnd.wasm.content.layer.v1+wasm",
+        ],
+    ));
+    // 3. A container image: `FROM scratch`, `COPY plugin.wasm /`, as a
+    // gzipped tar layer with an image config.
+    let tar = Command::new("tar")
+        .current_dir(work.path())
+        .args(["czf", "layer.tar.gz", "plugin.wasm"])
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    std::fs::write(
+        work.path().join("image.json"),
+        r#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#,
+    )
+    .unwrap();
+    let image = pushed_digest(&oras(
+        &oras_bin,
+        work.path(),
+        &[
+            "push",
+            &format!("{repo}:image"),
+            "--config",
+            "image.json:application/vnd.oci.image.config.v1+json",
+            "layer.tar.gz:application/vnd.oci.image.layer.v1.tar+gzip",
+        ],
+    ));
+
+    for (digest, extra) in [
+        (cncf, ""),
+        (old, ""),
+        (image, "oci_path = \"/plugin.wasm\""),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        renames(
+            dir.path(),
+            &policy(
+                dir.path(),
+                &format!("{repo}@{digest}"),
+                &insecure(&registry),
+                extra,
+            ),
+        );
+    }
+
+    // And what `plugin push` wrote, oras pulls as the same file.
+    let ours = push(
+        &wasm,
+        &format!("{repo}:ours"),
+        &["--insecure-registry", &registry.addr],
+    );
+    let out = work.path().join("pulled");
+    oras(
+        &oras_bin,
+        work.path(),
+        &["pull", &ours, "-o", out.to_str().unwrap()],
+    );
+    assert_eq!(
+        std::fs::read(out.join("pool_suffix.wasm")).unwrap(),
+        std::fs::read(&wasm).unwrap()
+    );
+}
+
+#[test]
+fn tls_and_basic_auth_as_an_image_pull_secret_gives_them() {
+    let Some(registry) = Registry::start(Options {
+        tls: true,
+        auth: true,
+    }) else {
+        return;
+    };
+    let ca = registry.ca.clone().unwrap();
+    let good = registry.auth_file(PASSWORD);
+    let reference = push(
+        &plugin("pool-suffix"),
+        &format!("{}/policies/p:v1", registry.addr),
+        &[
+            "--registry-ca-file",
+            ca.to_str().unwrap(),
+            "--registry-auth-file",
+            good.to_str().unwrap(),
+        ],
+    );
+    let keys = |auth: Option<&Path>, ca: Option<&Path>| {
+        let mut k = String::new();
+        if let Some(a) = auth {
+            k.push_str(&format!("registry_auth_file = \"{}\"\n", a.display()));
+        }
+        if let Some(c) = ca {
+            k.push_str(&format!("registry_ca_file = \"{}\"\n", c.display()));
+        }
+        k
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let declared = format!(
+        "policy plugin \"p\" (oci://{reference}, policy file {} line 8): cannot pull from registry {}, repository policies/p: ",
+        dir.path().join("policy.toml").display(),
+        registry.addr
+    );
+
+    // Without the CA: the certificate is not trusted.
+    let err = load(
+        dir.path(),
+        &policy(dir.path(), &reference, &keys(Some(&good), None), ""),
+    )
+    .err()
+    .unwrap();
+    assert!(err.starts_with(&declared), "{err}");
+    assert!(err.contains("certificate") && err.ends_with("trust its CA with registry_ca_file (--registry-ca-file), or, for a registry without TLS, list it in insecure_registries (--insecure-registry)"), "{err}");
+
+    // Without credentials: 401, and how to give them.
+    let err = load(
+        dir.path(),
+        &policy(dir.path(), &reference, &keys(None, Some(&ca)), ""),
+    )
+    .err()
+    .unwrap();
+    assert!(err.starts_with(&declared), "{err}");
+    assert!(err.contains(&format!("401 Unauthorized: the registry wants credentials: give a .dockerconfigjson with an entry for {} in registry_auth_file (--registry-auth-file)", registry.addr)), "{err}");
+
+    // With a wrong password: refused.
+    let wrong = registry.dir.path().join("wrong.json");
+    std::fs::copy(registry.auth_file("wrong"), &wrong).unwrap();
+    let err = load(
+        dir.path(),
+        &policy(dir.path(), &reference, &keys(Some(&wrong), Some(&ca)), ""),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        err.contains("the registry refused the credentials"),
+        "{err}"
+    );
+    assert!(
+        !store(dir.path()).join("blobs/sha256").exists()
+            || std::fs::read_dir(store(dir.path()).join("blobs/sha256"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "nothing was stored"
+    );
+
+    registry.auth_file(PASSWORD);
+    renames(
+        dir.path(),
+        &policy(dir.path(), &reference, &keys(Some(&good), Some(&ca)), ""),
+    );
+    assert!(stray_files(&store(dir.path())).is_empty());
+}
+
+#[test]
+fn bad_artefacts_and_registries_are_refused_and_nothing_is_left_half_written() {
+    let (Some(registry), Some(oras_bin)) = (
+        Registry::start(Options::default()),
+        tool("oras", "go install oras.land/oras/cmd/oras@v1.3.6"),
+    ) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let repo = format!("{}/policies/bad", registry.addr);
+    let check = |reference: &str, policy_keys: &str, plugin_keys: &str, words: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let err = load(
+            dir.path(),
+            &policy(dir.path(), reference, policy_keys, plugin_keys),
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{reference} loaded"));
+        assert!(err.contains(words), "want {words:?} in: {err}");
+        assert!(
+            stray_files(&store(dir.path())).is_empty(),
+            "{:?}",
+            stray_files(&store(dir.path()))
+        );
+        let partial = std::fs::read_dir(store(dir.path()).join("blobs/sha256"))
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with(".partial")
+                })
+                .count()
+            })
+            .unwrap_or(0);
+        assert_eq!(partial, 0, "a partial blob was left");
+        err
+    };
+
+    // A digest the registry does not have.
+    let missing = format!("{repo}@sha256:{}", "ab".repeat(32));
+    check(
+        &missing,
+        &insecure(&registry),
+        "",
+        "404 Not Found: no such manifest or blob in this repository",
+    );
+
+    // A manifest that is not a wasm artefact.
+    std::fs::write(work.path().join("notes.txt"), "not a plugin").unwrap();
+    let text = pushed_digest(&oras(
+        &oras_bin,
+        work.path(),
+        &["push", &format!("{repo}:text"), "notes.txt:text/plain"],
+    ));
+    check(
+        &format!("{repo}@{text}"),
+        &insecure(&registry),
+        "",
+        "it is not a wasm artefact: config application/vnd.oci.empty.v1+json, layers [text/plain]",
+    );
+
+    // A layer over the cap (pull_max_mib = 1).
+    let mut big = std::fs::File::create(work.path().join("big.wasm")).unwrap();
+    big.write_all(&vec![7u8; 3 << 19]).unwrap();
+    let big = pushed_digest(&oras(
+        &oras_bin,
+        work.path(),
+        &["push", &format!("{repo}:big"), "big.wasm:application/wasm"],
+    ));
+    check(
+        &format!("{repo}@{big}"),
+        &format!("{}\npull_max_mib = 1", insecure(&registry)),
+        "",
+        "its wasm layer is 1572864 bytes, more than the 1048576 allowed (pull_max_mib)",
+    );
+
+    // A registry that accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let err = check(
+        &format!("{silent_addr}/policies/p@sha256:{}", "ab".repeat(32)),
+        &format!("insecure_registries = [\"{silent_addr}\"]\npull_timeout_ms = 300"),
+        "",
+        "no complete answer within 300 ms (pull_timeout_ms); gave up",
+    );
+    assert!(
+        err.contains(&format!(
+            "cannot pull from registry {silent_addr}, repository policies/p"
+        )),
+        "{err}"
+    );
+    drop(silent);
+
+    // An image without the file oci_path names.
+    std::fs::write(work.path().join("other"), "x").unwrap();
+    assert!(
+        Command::new("tar")
+            .current_dir(work.path())
+            .args(["czf", "layer.tar.gz", "other"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let image = pushed_digest(&oras(
+        &oras_bin,
+        work.path(),
+        &[
+            "push",
+            &format!("{repo}:image"),
+            "layer.tar.gz:application/vnd.oci.image.layer.v1.tar+gzip",
+        ],
+    ));
+    check(
+        &format!("{repo}@{image}"),
+        &insecure(&registry),
+        "oci_path = \"/plugin.wasm\"",
+        "the image has no file /plugin.wasm in its 1 layer(s)",
+    );
+}
+
+#[test]
+fn a_cache_entry_edited_on_disk_is_never_used() {
+    let Some(mut registry) = Registry::start(Options::default()) else {
+        return;
+    };
+    let wasm = plugin("pool-suffix");
+    let reference = push(
+        &wasm,
+        &format!("{}/policies/p:v1", registry.addr),
+        &["--insecure-registry", &registry.addr],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let toml = policy(dir.path(), &reference, &insecure(&registry), "");
+    renames(dir.path(), &toml);
+    let layer = store(dir.path())
+        .join("blobs/sha256")
+        .join(sha256_hex(&wasm));
+
+    // Edited while the registry is up: pulled again, and right.
+    std::fs::write(&layer, b"\0asm edited").unwrap();
+    renames(dir.path(), &toml);
+    assert_eq!(
+        std::fs::read(&layer).unwrap(),
+        std::fs::read(&wasm).unwrap()
+    );
+
+    // Edited with the registry gone: refused, naming the registry and the
+    // cause; the edited entry is gone, not kept.
+    std::fs::write(&layer, b"\0asm edited").unwrap();
+    registry.stop();
+    let err = load(dir.path(), &toml).err().unwrap();
+    assert!(
+        err.contains(&format!(
+            "cannot pull from registry {}, repository policies/p: ",
+            registry.addr
+        )) && err.contains("onnection refused"),
+        "{err}"
+    );
+    assert!(!layer.exists(), "the edited blob was removed");
+    assert!(stray_files(&store(dir.path())).is_empty());
+}
