@@ -10,6 +10,8 @@
 #   examples' cases.toml;
 # - build-plugin's refusals of what it cannot build, and that it gives the
 #   same bytes from another checkout and cache;
+# - the Python plugin, too large for a ConfigMap, shipped through an OCI
+#   registry and registered through the kubelet's code (tests/peers);
 # then prints the figures of pool-suffix in the four languages, side by side
 # (docs/figures.md). Uses the release binary, since compiling a 3-18 MB
 # component in a debug build of wasmtime is slow.
@@ -137,6 +139,16 @@ CSI_REGISTRAR_GO_CACHE=$scratch/cache "$scratch/elsewhere/plugins/go/build-plugi
     -o "$scratch/again.wasm" "$scratch/elsewhere/plugins/go/examples/pool-suffix" >/dev/null
 cmp -s "$scratch/again.wasm" target/go/pool_suffix_go.wasm ||
     fail "go: pool-suffix built from another checkout and cache differs: $(sha256sum "$scratch/again.wasm" target/go/pool_suffix_go.wasm)"
+passed=$((passed + 1))
+
+# Shipped the way a ConfigMap cannot carry it: the Python plugin (18 MB)
+# pushed to a real registry on loopback, pulled by the registrar and
+# registered through the kubelet's own plugin manager (tests/peers), then
+# registered again from the cache with the registry gone.
+echo "--- py: through an OCI registry to the kubelet 1.37.2's plugin manager"
+(cd ../tests/peers && REGISTRAR_BIN=$bin OCI_PLUGIN_WASM=$(wasm_of py) \
+    go test -count=1 -run 'TestKubeletRegistersAPluginPulledFromARegistry' ./...) ||
+    fail "py: pulled from a registry and registered"
 passed=$((passed + 1))
 
 echo "languages: $passed passed, 0 failed"

@@ -117,10 +117,15 @@ func (w *world) csiNodeDriver(driver string) *storagev1.CSINodeDriver {
 // waitFor polls the fake API server (it has no push to wait on) until cond holds.
 func (w *world) waitFor(what string, cond func() bool) {
 	w.t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, patience, true,
+	w.waitForWithin(what, patience, cond)
+}
+
+func (w *world) waitForWithin(what string, within time.Duration, cond func() bool) {
+	w.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, within, true,
 		func(context.Context) (bool, error) { return cond(), nil })
 	if err != nil {
-		w.t.Fatalf("the kubelet did not reach %q within %v", what, patience)
+		w.t.Fatalf("the kubelet did not reach %q within %v", what, within)
 	}
 }
 
