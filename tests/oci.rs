@@ -11,7 +11,7 @@ use std::process::Command;
 
 use common::registry::{Options, PASSWORD, Registry, oras, pushed_digest, stray_files, tool};
 use common::*;
-use csi_node_driver_registrar::testing::Policy;
+use csi_node_driver_registrar::testing::{DriverSpec, FakeDriver, Policy};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_csi-node-driver-registrar")
@@ -98,9 +98,35 @@ fn a_pushed_plugin_is_pulled_once_then_loaded_from_the_cache_without_the_registr
     );
     assert!(stray_files(&store(dir.path())).is_empty());
 
+    // What an initContainer runs: pull and compile every plugin of the
+    // policy into its cache, for a registrar that then needs neither.
+    let init = tempfile::tempdir().unwrap();
+    let init_toml = policy(init.path(), &reference, &insecure(&registry), "");
+    let file = write_policy(init.path(), &init_toml);
+    let out = Command::new(bin())
+        .args(["plugin", "precompile", "--policy"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with(&format!(
+            "p (oci://{reference}) -> {}",
+            init.path().join("cache").display()
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.trim_end().ends_with(".cwasm"), "{stdout}");
+
     // The registry goes away: a restart still loads, from the cache.
     registry.stop();
     renames(dir.path(), &toml);
+    renames(init.path(), &init_toml);
 }
 
 #[test]
@@ -451,4 +477,54 @@ fn a_cache_entry_edited_on_disk_is_never_used() {
     );
     assert!(!layer.exists(), "the edited blob was removed");
     assert!(stray_files(&store(dir.path())).is_empty());
+}
+
+/// SIGHUP with a pin the registry does not have: the pull fails, and the
+/// registrar keeps the last good policy and its registration.
+#[tokio::test]
+async fn a_reload_whose_pull_fails_keeps_the_last_good_policy() {
+    let Some(registry) = Registry::start(Options::default()) else {
+        return;
+    };
+    let reference = push(
+        &plugin("pool-suffix"),
+        &format!("{}/policies/p:v1", registry.addr),
+        &["--insecure-registry", &registry.addr],
+    );
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let policy_file = write_policy(
+        sb.dir.path(),
+        &policy(sb.dir.path(), &reference, &insecure(&registry), ""),
+    );
+    let registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy_file.display())]);
+    let a = sb.socket("hostpath.csi.k8s.io-a");
+    assert!(appears(&a).await, "{}", registrar.log_text());
+    assert!(registrar.log_text().contains("Policy plugin pulled"));
+
+    let (repo, _) = reference.rsplit_once('@').unwrap();
+    let missing = format!("{repo}@sha256:{}", "cd".repeat(32));
+    write_policy(
+        sb.dir.path(),
+        &policy(sb.dir.path(), &missing, &insecure(&registry), ""),
+    );
+    registrar.signal(libc::SIGHUP);
+    assert!(
+        registrar
+            .wait_log("Policy reload failed; keeping the last good policy")
+            .await
+    );
+    let log = registrar.log_text();
+    assert!(
+        log.contains(&format!(
+            "cannot pull from registry {}, repository policies/p: ",
+            registry.addr
+        )) && log.contains("404 Not Found"),
+        "{log}"
+    );
+    assert!(a.exists());
+    assert!(kubelet_registers(&a).await);
+    assert_eq!(registrar.stop().await, 0);
 }

@@ -319,7 +319,9 @@ async fn sighup_reloads_the_policy_and_keeps_the_last_good_one() {
             .await
     );
     assert!(
-        registrar.log_text().contains("missing field `path`"),
+        registrar
+            .log_text()
+            .contains("plugin \\\"x\\\" has no component: give path"),
         "{}",
         registrar.log_text()
     );

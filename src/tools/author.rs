@@ -269,8 +269,17 @@ pub(crate) fn precompile(
     cache_dir: &Path,
     key: &cache::CacheKey,
 ) -> Result<PathBuf, PluginLoadError> {
-    let cfg = unpinned(path);
-    let wasm = read_source(&cfg).map_err(|m| cfg.error(m))?;
+    precompile_config(host, &unpinned(path), cache_dir, key)
+}
+
+/// Compiles the plugin `cfg` names (checked against its pin) into `cache_dir`.
+pub(crate) fn precompile_config(
+    host: &Host,
+    cfg: &PluginConfig,
+    cache_dir: &Path,
+    key: &cache::CacheKey,
+) -> Result<PathBuf, PluginLoadError> {
+    let wasm = read_source(cfg).map_err(|m| cfg.error(m))?;
     check_is_component(&wasm).map_err(|m| cfg.error(m))?;
     let digest: [u8; 32] = Sha256::digest(&wasm).into();
     cache::load_or_compile(host.engine(), cache_dir, key, &wasm, &digest)

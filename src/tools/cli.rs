@@ -110,14 +110,21 @@ pub(super) enum PluginCommand {
     },
     /// Compile components into a cache directory with this binary, so the
     /// registrar starts without compiling (for image builds or an initContainer).
+    ///
+    /// With --policy: every plugin the policy file names, into its cache_dir
+    /// with its cache_key_file, pulling those from registries first (what an
+    /// initContainer with room to compile runs before the registrar starts).
     Precompile {
-        #[arg(required = true)]
+        #[arg(required_unless_present = "policy", conflicts_with = "policy")]
         wasm: Vec<PathBuf>,
-        #[arg(long)]
-        cache_dir: PathBuf,
+        #[arg(long, required_unless_present = "policy")]
+        cache_dir: Option<PathBuf>,
         /// The key file the registrar's policy names in `policy.cache_key_file`.
-        #[arg(long)]
-        cache_key_file: PathBuf,
+        #[arg(long, required_unless_present = "policy")]
+        cache_key_file: Option<PathBuf>,
+        /// A policy file: its plugins, cache_dir and cache_key_file.
+        #[arg(long, conflicts_with_all = ["cache_dir", "cache_key_file"])]
+        policy: Option<PathBuf>,
     },
     /// Print a new random key for `policy.cache_key_file` (64 hex digits).
     CacheKey,

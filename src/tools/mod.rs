@@ -104,7 +104,14 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
                     wasm,
                     cache_dir,
                     cache_key_file,
-                } => precompile::run(&wasm, &cache_dir, &cache_key_file),
+                    policy,
+                } => match (policy, cache_dir, cache_key_file) {
+                    (Some(policy), _, _) => precompile::run_policy(&policy),
+                    (None, Some(dir), Some(key)) => precompile::run(&wasm, &dir, &key),
+                    _ => Err(anyhow::anyhow!(
+                        "give components with --cache-dir and --cache-key-file, or --policy"
+                    )),
+                },
                 #[cfg(feature = "oci")]
                 P::Push { wasm, reference } => oci::push(&wasm, &reference),
                 #[cfg(feature = "oci")]
