@@ -2,8 +2,8 @@
 //! tables next to the Go registrar v2.17's, measured in the same run from
 //! `../shared/reference/csi-node-driver-registrar` when that binary is there
 //! (its column says so when it is not).
-//! Run with `cargo bench --bench figures` (`FIGURES=registrar` or
-//! `FIGURES=plugins` for one half); it asserts nothing.
+//! Run with `cargo bench --bench figures` (`FIGURES=registrar`,
+//! `FIGURES=plugins` or `FIGURES=oci` for one part); it asserts nothing.
 //!
 //! Method: the release binary runs as a child process against the CSI driver
 //! stand-in, over real unix sockets, as in production. Start-up is the time
@@ -13,6 +13,13 @@
 //! in, and with one Rust plugin with and without the cache. Plugin costs use
 //! the host API in-process: load without cache (compile + link + validate),
 //! load from the on-disk cache, and one call of each hook (fresh instance + call).
+//! OCI: the Python plugin (18 MB; the Rust one when it is not built) pushed to
+//! a real registry on loopback (Debian's docker-registry), then the release
+//! registrar started on `oci = …` with nothing cached, with the compiled code
+//! cached but the blobs not (a pull, then no compile), and with everything
+//! cached (median of 5 each): time to the first GetInfo answer and the peak
+//! RSS (VmHWM) at that point; and the initContainer's
+//! `plugin precompile --policy` (pull and compile), its time and peak RSS.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -263,9 +270,138 @@ async fn main() {
     if only != "plugins" {
         registrar_figures().await;
     }
-    if only != "registrar" {
+    if only != "registrar" && only != "oci" {
         plugin_figures();
     }
+    if only.is_empty() || only == "oci" {
+        oci_figures().await;
+    }
+}
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Pull-and-start figures with a real registry on loopback.
+async fn oci_figures() {
+    use common::registry::{Options, Registry};
+    println!("\n## Plugins from an OCI registry (release registrar, registry on loopback)\n");
+    let bin = Path::new(&registrar_bin()).to_owned();
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    match std::env::var_os("REGISTRAR_BIN_WITHOUT_OCI") {
+        Some(other) => println!(
+            "Binary: {:.2} MB with the OCI client, {:.2} MB without (`--no-default-features --features wasm`): +{:.2} MB.\n",
+            size(&bin) as f64 / 1e6,
+            size(Path::new(&other)) as f64 / 1e6,
+            (size(&bin) as f64 - size(Path::new(&other)) as f64) / 1e6
+        ),
+        None => println!(
+            "Binary: {:.2} MB (set REGISTRAR_BIN_WITHOUT_OCI to compare).\n",
+            size(&bin) as f64 / 1e6
+        ),
+    }
+    let Some(registry) = Registry::start(Options::default()) else {
+        println!("docker-registry is not installed: skipped");
+        return;
+    };
+    let python =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/target/python/pool_suffix_py.wasm");
+    let (wasm, label) = if python.exists() {
+        (python, "pool-suffix (Python)")
+    } else {
+        (
+            plugin("pool-suffix"),
+            "pool-suffix (Rust; run plugins/test-languages.sh for the Python one)",
+        )
+    };
+    let out = std::process::Command::new(&bin)
+        .args(["plugin", "push"])
+        .arg(&wasm)
+        .arg(format!("{}/bench/pool-suffix:1", registry.addr))
+        .args(["--insecure-registry", &registry.addr])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let cache = sb.dir.path().join("cache");
+    let toml = format!(
+        "{}insecure_registries = [\"{}\"]\n[[plugin]]\nid = \"p\"\n{line}\nmemory_limit_mib = 64\n[plugin.settings]\nsuffix = \"-a\"\n",
+        cached_policy(sb.dir.path(), &cache),
+        registry.addr
+    );
+    let policy = write_policy(sb.dir.path(), &toml);
+    let extra = vec![format!("--policy-config={}", policy.display())];
+    let socket = sb.socket(&format!("{DRIVER}-a"));
+    let blobs = cache.join("oci");
+    let clear = |what: &str| {
+        for e in std::fs::read_dir(&cache).into_iter().flatten() {
+            let p = e.unwrap().path();
+            let is_blobs = p == blobs;
+            if (what == "all") || (what == "blobs" && is_blobs) {
+                if is_blobs {
+                    std::fs::remove_dir_all(&p).unwrap()
+                } else {
+                    std::fs::remove_file(&p).unwrap()
+                }
+            }
+        }
+    };
+    println!("{label}: {:.1} MB component.\n", size(&wasm) as f64 / 1e6);
+    println!("| start-up | to first GetInfo (median of 5) | peak RSS then |");
+    println!("|---|---:|---:|");
+    for (what, clearing) in [
+        ("nothing cached: pull, compile, load", "all"),
+        ("compiled code cached, blobs not: pull, load", "blobs"),
+        ("everything cached: no registry contact, no compile", "none"),
+    ] {
+        let mut times = Vec::new();
+        let mut hwm = Vec::new();
+        for _ in 0..5 {
+            clear(clearing);
+            let run = start(&bin, &sb, &extra, &socket).await;
+            times.push(run.startup);
+            hwm.push(vm_hwm_kib(run.child.id()));
+            stop(run);
+        }
+        hwm.sort_unstable();
+        println!(
+            "| {what} | {} | {:.1} MiB |",
+            ms(median(times)),
+            hwm[hwm.len() / 2] as f64 / 1024.0
+        );
+    }
+    // The initContainer: pull and compile into the cache.
+    clear("all");
+    let started = Instant::now();
+    let child = std::process::Command::new(&bin)
+        .args(["plugin", "precompile", "--policy"])
+        .arg(&policy)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child, with valid pointers.
+    unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    println!(
+        "\nThe initContainer (`plugin precompile --policy`: pull and compile): {}, peak RSS {:.1} MiB.",
+        ms(started.elapsed()),
+        usage.ru_maxrss as f64 / 1024.0
+    );
 }
 
 /// GetInfo p50 and p99 on one connection (2000 calls), as a kubelet that

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Checks the manifests without a cluster: every object validates against the
-# Kubernetes API schemas (kubernetes-validate, pinned, in a venv), and the
-# policy.toml that policy-configmaps.sh generates is one the registrar accepts.
+# Kubernetes API schemas (kubernetes-validate, pinned, in a venv; the image
+# volume manifests against 1.36, where image volumes are GA), and each
+# manifest's policy, run as its pod would run it (the initContainer's
+# arguments, then the registrar), registers the driver:
+# - daemonset-with-policy.yaml: the ConfigMaps policy-configmaps.sh writes;
+# - daemonset-with-image-volume.yaml: the plugin file where the image volume
+#   mounts it;
+# - daemonset-with-registry.yaml: the plugin pushed to a real registry on
+#   loopback (Debian's docker-registry), pulled by the initContainer, and
+#   loaded by the registrar from the cache after the registry has stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/deploy-venv
@@ -41,4 +49,72 @@ out=$("$bin" demo --policy "$work/policy.toml")
 grep -q 'kubelet registered "hostpath.csi.k8s.io-pool-a": true' <<<"$out" || { echo "$out" >&2; exit 1; }
 # The key was read and the compiled plugin cached under it.
 ls "$work"/cache/*.cwasm >/dev/null || { echo "deploy: nothing was cached; demo output:" >&2; echo "$out" >&2; exit 1; }
-echo "deploy: manifests valid; the generated policy registers hostpath.csi.k8s.io-pool-a"
+echo "deploy: daemonset-with-policy.yaml valid; the generated policy registers hostpath.csi.k8s.io-pool-a"
+
+"$venv/bin/kubernetes-validate" --strict --kubernetes-version 1.36 \
+    deploy/daemonset-with-image-volume.yaml deploy/daemonset-with-registry.yaml
+
+# The policy and the initContainer's arguments of a manifest, with its paths
+# moved under $work/<name>: prints the arguments, one per line.
+pod_of() {
+    python3 - "$1" "$work/$2" "$3" "${4:-}" <<'PY'
+import json, os, re, sys
+manifest, root, wasm, oci = sys.argv[1:5]
+text = open(manifest).read()
+policy = text.split("policy.toml: |\n", 1)[1].split("\n---\n", 1)[0]
+policy = "\n".join(line[4:] for line in policy.splitlines())
+os.makedirs(os.path.join(root, "plugins"), exist_ok=True)
+if "path = \"/etc/csi-registrar-plugins/" in policy:
+    data = open(wasm, "rb").read()
+    name = re.search(r'path = "/etc/csi-registrar-plugins/([^"]+)"', policy).group(1)
+    open(os.path.join(root, "plugins", name), "wb").write(data)
+    import hashlib
+    policy = re.sub(r'sha256 = "[^"]*"', 'sha256 = "%s"' % hashlib.sha256(data).hexdigest(), policy)
+if oci:
+    registry = oci.split("/", 1)[0]
+    policy = re.sub(r'oci = "[^"]*"', 'oci = "%s"' % oci, policy)
+    policy = policy.replace("[policy]\n", '[policy]\ninsecure_registries = ["%s"]\n' % registry, 1)
+    os.makedirs(os.path.join(root, "pull-secret"), exist_ok=True)
+    open(os.path.join(root, "pull-secret", ".dockerconfigjson"), "w").write('{"auths": {}}')
+for path, local in [("/etc/csi-registrar-plugins/", "plugins/"), ("/var/lib/csi-registrar/cache", "cache"),
+                    ("/etc/csi-registrar-key/cache.key", "cache.key"),
+                    ("/etc/csi-registrar-pull-secret/", "pull-secret/")]:
+    policy = policy.replace(path, os.path.join(root, local))
+open(os.path.join(root, "cache.key"), "w").write("0123456789abcdef0123456789abcdef-deploy-check\n")
+open(os.path.join(root, "policy.toml"), "w").write(policy)
+args = json.loads(re.search(r'precompile-policy\n\s+image: \S+\n\s+args: (\[.*\])', text).group(1))
+for a in args:
+    print(a.replace("/etc/csi-registrar/policy.toml", os.path.join(root, "policy.toml")))
+PY
+}
+
+registers() { # $1: policy file, $2: what
+    local out
+    out=$("$bin" demo --policy "$1")
+    grep -q 'kubelet registered "hostpath.csi.k8s.io-pool-a": true' <<<"$out" || { echo "deploy: $2 did not register; demo output:" >&2; echo "$out" >&2; exit 1; }
+}
+
+mapfile -t init < <(pod_of deploy/daemonset-with-image-volume.yaml image "$wasm")
+"$bin" "${init[@]}" >/dev/null
+ls "$work"/image/cache/*.cwasm >/dev/null
+registers "$work/image/policy.toml" daemonset-with-image-volume.yaml
+echo "deploy: daemonset-with-image-volume.yaml valid (1.36); its initContainer compiles into the cache and the registrar registers hostpath.csi.k8s.io-pool-a"
+
+if ! command -v docker-registry >/dev/null; then
+    [ -z "${CI:-}" ] || { echo "deploy: docker-registry is not installed; .ci/run installs it" >&2; exit 1; }
+    echo "deploy: SKIP daemonset-with-registry.yaml's run: docker-registry is not installed (apt-get install docker-registry)"
+    exit 0
+fi
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+printf 'version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' "$work/registry" "$port" >"$work/registry.yml"
+docker-registry serve "$work/registry.yml" 2>"$work/registry.log" &
+registry_pid=$!
+trap 'kill $registry_pid 2>/dev/null; rm -rf "$work"' EXIT
+timeout 20 bash -c "until grep -q 'listening on' '$work/registry.log'; do sleep 0.1; done"
+ref=$("$bin" plugin push "$wasm" "127.0.0.1:$port/csi/pool-suffix:1" --insecure-registry "127.0.0.1:$port" 2>/dev/null)
+ref=${ref#oci = \"}; ref=${ref%\"}
+mapfile -t init < <(pod_of deploy/daemonset-with-registry.yaml registry "$wasm" "$ref")
+"$bin" "${init[@]}" >/dev/null
+kill $registry_pid; wait $registry_pid 2>/dev/null || true
+registers "$work/registry/policy.toml" daemonset-with-registry.yaml
+echo "deploy: daemonset-with-registry.yaml valid (1.36); its initContainer pulls and compiles, and the registrar registers hostpath.csi.k8s.io-pool-a from the cache with the registry stopped"

@@ -528,3 +528,83 @@ async fn a_reload_whose_pull_fails_keeps_the_last_good_policy() {
     assert!(kubelet_registers(&a).await);
     assert_eq!(registrar.stop().await, 0);
 }
+
+/// A registry that lies, which the real one cannot be made to do: it
+/// declares a 100-byte layer and then streams without end (chunked, no
+/// Content-Length), or streams a manifest without end. Its routes are the
+/// distribution spec's (`/v2/`, `/v2/<name>/manifests/<ref>`,
+/// `/v2/<name>/blobs/<digest>`). The registrar stops reading at the bound
+/// and keeps nothing.
+#[test]
+fn a_registry_that_sends_too_much_is_cut_off() {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use sha2::Digest;
+
+    let layer = format!("sha256:{}", "ab".repeat(32));
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": format!("sha256:{}", "cd".repeat(32)), "size": 2},
+        "layers": [{"mediaType": "application/wasm", "digest": layer, "size": 100}],
+    }))
+    .unwrap();
+    let manifest_digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&manifest)));
+    let endless = || {
+        Body::from_stream(tokio_stream::iter(std::iter::repeat_with(|| {
+            Ok::<_, std::convert::Infallible>(bytes::Bytes::from(vec![0u8; 64 << 10]))
+        })))
+    };
+    let m = manifest.clone();
+    let app = Router::new()
+        .route("/v2/", get(|| async { "{}" }))
+        .route(
+            "/v2/lies/blob/manifests/{reference}",
+            get(move || {
+                let m = m.clone();
+                async move {
+                    (
+                        [("content-type", "application/vnd.oci.image.manifest.v1+json")],
+                        m,
+                    )
+                }
+            }),
+        )
+        .route(
+            "/v2/lies/blob/blobs/{digest}",
+            get(move || async move { endless() }),
+        )
+        .route(
+            "/v2/lies/manifest/manifests/{reference}",
+            get(move || async move { endless() }),
+        );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    rt.spawn(async move { axum::serve(listener, app).await });
+
+    let keys = format!("insecure_registries = [\"{addr}\"]");
+    for (reference, words) in [
+        (
+            format!("{addr}/lies/blob@{manifest_digest}"),
+            format!("/v2/lies/blob/blobs/{layer}: the registry sent more than the 100 bytes allowed (the size the manifest declares, at most pull_max_mib); stopped reading"),
+        ),
+        (
+            format!("{addr}/lies/manifest@{manifest_digest}"),
+            "the registry sent more than the 4194304 bytes allowed (a manifest's 4 MiB); stopped reading".to_owned(),
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let err = load(dir.path(), &policy(dir.path(), &reference, &keys, "")).err().unwrap();
+        assert!(err.contains(&words), "want {words:?} in: {err}");
+        let left: Vec<_> = std::fs::read_dir(store(dir.path()).join("blobs/sha256"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| !n.to_string_lossy().starts_with(&manifest_digest[7..]))
+            .collect();
+        assert!(left.is_empty(), "left in the cache: {left:?}");
+    }
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::artifact::{self, Plan};
-use super::registry::{ACCEPTED_MANIFESTS, MAX_MANIFEST, Registry};
+use super::registry::{ACCEPTED_MANIFESTS, MANIFEST_LIMIT, MAX_MANIFEST, Registry};
 use super::store::Store;
 use crate::policy::source::{OciReference, OciSource, RegistryOptions};
 
@@ -66,7 +66,7 @@ pub(crate) fn resolve(
             .get(
                 &format!("manifests/{what}"),
                 ACCEPTED_MANIFESTS,
-                MAX_MANIFEST,
+                MANIFEST_LIMIT,
                 |c| {
                     bytes.extend_from_slice(c);
                     Ok(())
@@ -154,7 +154,7 @@ impl<'a> Session<'a> {
             .get(
                 &format!("manifests/{digest}"),
                 ACCEPTED_MANIFESTS,
-                MAX_MANIFEST,
+                MANIFEST_LIMIT,
                 |c| {
                     bytes.extend_from_slice(c);
                     Ok(())
@@ -174,7 +174,12 @@ impl<'a> Session<'a> {
         }
         let mut writer = self.store.writer()?;
         self.registry()?
-            .get(&format!("blobs/{digest}"), "*/*", max, |c| writer.write(c))
+            .get(
+                &format!("blobs/{digest}"),
+                "*/*",
+                (max, "the size the manifest declares, at most pull_max_mib"),
+                |c| writer.write(c),
+            )
             .await
             .map_err(|e| format!("blob {digest}: {e}"))?;
         self.store
@@ -202,7 +207,9 @@ impl<'a> Session<'a> {
         }
         let (wasm, layers) = match plan {
             Plan::Wasm(layer) => {
-                self.blob(&layer.digest, max).await?;
+                // Never more than the manifest declares: a registry that
+                // sends more is cut off there.
+                self.blob(&layer.digest, layer.size.min(max)).await?;
                 let bytes = self.store.read(&layer.digest, max).ok_or_else(|| {
                     format!(
                         "blob {} changed in the cache while being read",
@@ -214,7 +221,7 @@ impl<'a> Session<'a> {
             Plan::Image(layers) => {
                 let mut paths = Vec::new();
                 for l in &layers {
-                    paths.push(self.blob(&l.digest, max).await?);
+                    paths.push(self.blob(&l.digest, l.size.min(max)).await?);
                 }
                 let path = path_in_image.expect("an image plan has a path");
                 let refs: Vec<&std::path::Path> = paths.iter().map(PathBuf::as_path).collect();

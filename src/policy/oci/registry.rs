@@ -22,6 +22,8 @@ use crate::policy::source::{OciReference, RegistryOptions};
 
 /// The largest manifest (or index) read.
 pub(super) const MAX_MANIFEST: u64 = 4 << 20;
+/// Where [`MAX_MANIFEST`] comes from, for messages.
+pub(super) const MANIFEST_LIMIT: (u64, &str) = (MAX_MANIFEST, "a manifest's 4 MiB");
 /// The most a credentials or CA file may hold.
 const MAX_SMALL_FILE: u64 = 1 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -180,12 +182,13 @@ impl Registry {
     }
 
     /// GETs `path` under the repository, as a stream of at most `max` bytes
-    /// handed to `sink`. Returns the response's content type.
+    /// (`limit` says where that bound comes from) handed to `sink`. Returns
+    /// the response's content type.
     pub(super) async fn get(
         &mut self,
         path: &str,
         accept: &str,
-        max: u64,
+        (max, limit): (u64, &str),
         mut sink: impl FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<Option<String>, String> {
         self.authenticate().await?;
@@ -215,7 +218,7 @@ impl Registry {
             && len > max
         {
             return Err(format!(
-                "{url}: the registry announces {len} bytes, more than the {max} allowed (pull_max_mib)"
+                "{url}: the registry announces {len} bytes, more than the {max} allowed ({limit})"
             ));
         }
         let content_type = resp
@@ -230,7 +233,7 @@ impl Registry {
             read += chunk.len() as u64;
             if read > max {
                 return Err(format!(
-                    "{url}: the registry sent more than the {max} bytes allowed (pull_max_mib); stopped reading"
+                    "{url}: the registry sent more than the {max} bytes allowed ({limit}); stopped reading"
                 ));
             }
             sink(&chunk)?;
