@@ -386,6 +386,8 @@ async fn oci_figures() {
     // The initContainer: pull and compile into the cache.
     clear("all");
     let started = Instant::now();
+    // Reaped by wait4 below, which gives its own rusage.
+    #[allow(clippy::zombie_processes)]
     let child = std::process::Command::new(&bin)
         .args(["plugin", "precompile", "--policy"])
         .arg(&policy)
