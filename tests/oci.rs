@@ -608,3 +608,82 @@ fn a_registry_that_sends_too_much_is_cut_off() {
         assert!(left.is_empty(), "left in the cache: {left:?}");
     }
 }
+
+/// `cosign_key`: the artefact must carry a cosign signature by that key,
+/// made by the real cosign (v2.6.5, key pair, no transparency log).
+#[test]
+fn a_cosign_signature_by_the_key_is_required_when_one_is_named() {
+    let (Some(mut registry), Some(cosign)) = (
+        Registry::start(Options::default()),
+        tool(
+            "cosign",
+            "go install github.com/sigstore/cosign/v2/cmd/cosign@v2.6.5",
+        ),
+    ) else {
+        return;
+    };
+    let keys = tempfile::tempdir().unwrap();
+    let cosign_run = |args: &[&str]| {
+        let out = Command::new(&cosign)
+            .current_dir(keys.path())
+            .env("COSIGN_PASSWORD", "")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cosign {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    cosign_run(&["generate-key-pair"]);
+    cosign_run(&["generate-key-pair", "--output-key-prefix", "other"]);
+    let reference = push(
+        &plugin("pool-suffix"),
+        &format!("{}/policies/signed:v1", registry.addr),
+        &["--insecure-registry", &registry.addr],
+    );
+    let digest = reference.rsplit_once('@').unwrap().1.to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let insecure = insecure(&registry);
+    let with_key = |key: &str| {
+        policy(
+            dir.path(),
+            &reference,
+            &insecure,
+            &format!("cosign_key = \"{}\"", keys.path().join(key).display()),
+        )
+    };
+
+    let err = load(dir.path(), &with_key("cosign.pub")).err().unwrap();
+    assert!(err.contains(&format!("cosign signature: {digest} is not signed: the repository has no sha256-{}.sig; sign it with `cosign sign --key cosign.key REF@{digest}`", &digest[7..])), "{err}");
+
+    cosign_run(&[
+        "sign",
+        "--key",
+        "cosign.key",
+        "--tlog-upload=false",
+        "--allow-insecure-registry",
+        "--allow-http-registry",
+        "-y",
+        &format!("{}/policies/signed@{digest}", registry.addr),
+    ]);
+    renames(dir.path(), &with_key("cosign.pub"));
+
+    let err = load(dir.path(), &with_key("other.pub")).err().unwrap();
+    assert!(err.contains(&format!("cosign signature: no signature of {digest} by the key in {}: 1 signature(s) at sha256-{}.sig checked (", keys.path().join("other.pub").display(), &digest[7..])) && err.contains("it is not signed by the key in"), "{err}");
+
+    // The verified signature is kept: a restart without the registry still
+    // checks it with the key.
+    registry.stop();
+    renames(dir.path(), &with_key("cosign.pub"));
+    assert!(load(dir.path(), &with_key("other.pub")).is_err());
+
+    std::fs::write(keys.path().join("bad.pub"), "not a key").unwrap();
+    let err = load(dir.path(), &with_key("bad.pub")).err().unwrap();
+    assert!(
+        err.contains("is not a PEM ECDSA P-256 public key")
+            && err.contains("cosign generate-key-pair"),
+        "{err}"
+    );
+}

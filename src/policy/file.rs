@@ -124,6 +124,8 @@ struct RawPlugin {
     oci: Option<Spanned<String>>,
     /// The component's path inside a container image's layers.
     oci_path: Option<Spanned<String>>,
+    /// A cosign public key the artefact must be signed with.
+    cosign_key: Option<Spanned<PathBuf>>,
     #[serde(default)]
     allow_unpinned: bool,
     hooks: Option<Vec<Hook>>,
@@ -413,14 +415,24 @@ impl PolicyFile {
                         Some(op) => Some(op.get_ref().clone()),
                         None => None,
                     };
-                    PluginSource::Oci(OciSource {
+                    PluginSource::Oci(Box::new(OciSource {
                         reference,
                         path_in_image,
                         store: dir.join("oci"),
+                        cosign_key: p.cosign_key.as_ref().map(|k| base.join(k.get_ref())),
                         registry: registry.clone(),
-                    })
+                    }))
                 }
                 (Some(file), None) => {
+                    if let Some(k) = &p.cosign_key {
+                        return Err(invalid(
+                            k.span(),
+                            "plugin.cosign_key",
+                            format!(
+                                "plugin {id:?}: cosign_key checks signatures of oci plugins; a file is pinned by its sha256"
+                            ),
+                        ));
+                    }
                     if let Some(op) = &p.oci_path {
                         return Err(invalid(
                             op.span(),
@@ -798,6 +810,14 @@ oci_path = "/plugin.wasm"
             pinned_twice.contains("line 6, key plugin.sha256")
                 && pinned_twice.contains("remove sha256"),
             "{pinned_twice}"
+        );
+        let key = err(
+            "[[plugin]]\nid = \"a\"\npath = \"a.wasm\"\nallow_unpinned = true\ncosign_key = \"k.pub\"\n",
+        );
+        assert!(
+            key.contains("line 5, key plugin.cosign_key")
+                && key.contains("a file is pinned by its sha256"),
+            "{key}"
         );
         let url = err("[policy]\ninsecure_registries = [\"http://r:5000\"]\n");
         assert!(

@@ -24,7 +24,7 @@ pub enum PluginSource {
         sha256: Option<[u8; 32]>,
     },
     /// An artefact in an OCI registry, pulled into the cache.
-    Oci(OciSource),
+    Oci(Box<OciSource>),
 }
 
 impl PluginSource {
@@ -56,6 +56,9 @@ pub struct OciSource {
     pub path_in_image: Option<String>,
     /// Where pulled blobs are kept, by digest (`<cache_dir>/oci`).
     pub store: PathBuf,
+    /// A cosign public key (PEM, ECDSA P-256): the artefact must carry a
+    /// cosign signature by it (`cosign_key`).
+    pub cosign_key: Option<PathBuf>,
     /// How the registry is reached.
     pub registry: RegistryOptions,
 }

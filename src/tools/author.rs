@@ -24,7 +24,7 @@ pub(crate) fn host() -> anyhow::Result<Arc<Host>> {
 }
 
 /// How the tools reach registries, from the `plugin` command's flags.
-static REGISTRY: std::sync::OnceLock<(RegistryOptions, PathBuf, Option<String>)> =
+static REGISTRY: std::sync::OnceLock<(RegistryOptions, PathBuf, Option<String>, Option<PathBuf>)> =
     std::sync::OnceLock::new();
 
 /// Sets how `oci://` components are reached, once per process.
@@ -43,7 +43,12 @@ pub(super) fn set_registry(args: &super::cli::RegistryArgs) {
         insecure: args.insecure_registries.clone(),
         ..RegistryOptions::default()
     };
-    let _ = REGISTRY.set((options, store, args.oci_path.clone()));
+    let _ = REGISTRY.set((
+        options,
+        store,
+        args.oci_path.clone(),
+        args.cosign_key.clone(),
+    ));
 }
 
 /// Where a component named on the command line comes from: `oci://…` (a
@@ -53,19 +58,22 @@ pub(crate) fn source_of(arg: &Path) -> Result<PluginSource, String> {
         return Ok(PluginSource::file(arg, None));
     };
     let reference = OciReference::parse(text)?;
-    let (registry, store, path_in_image) = REGISTRY.get().cloned().unwrap_or_else(|| {
-        (
-            RegistryOptions::default(),
-            std::env::temp_dir().join("csi-node-driver-registrar-oci"),
-            None,
-        )
-    });
-    Ok(PluginSource::Oci(OciSource {
+    let (registry, store, path_in_image, cosign_key) =
+        REGISTRY.get().cloned().unwrap_or_else(|| {
+            (
+                RegistryOptions::default(),
+                std::env::temp_dir().join("csi-node-driver-registrar-oci"),
+                None,
+                None,
+            )
+        });
+    Ok(PluginSource::Oci(Box::new(OciSource {
         reference,
         path_in_image,
         store,
+        cosign_key,
         registry,
-    }))
+    })))
 }
 
 /// A plugin configuration for the author tools: no pin, default limits.

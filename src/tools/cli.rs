@@ -55,6 +55,9 @@ pub(super) struct RegistryArgs {
     /// A registry reached over plain HTTP (repeatable; `insecure_registries`).
     #[arg(long = "insecure-registry", global = true, value_name = "HOST:PORT")]
     pub(super) insecure_registries: Vec<String>,
+    /// Require a cosign signature by this public key (`cosign_key`).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(super) cosign_key: Option<PathBuf>,
     /// For an image: the component's path in its layers (`oci_path`).
     #[arg(long, global = true, value_name = "PATH")]
     pub(super) oci_path: Option<String>,

@@ -8,6 +8,7 @@
 //!   them (a wasm layer, or a file in an image's tar layers).
 //! - `pull`: a source into the component's bytes, from the store or the registry.
 //! - `push`: a component into the CNCF wasm artefact layout.
+//! - `signature`: cosign signatures, checked with a public key.
 //!
 //! This file only names the parts; they import each other, never it.
 
@@ -15,6 +16,7 @@ mod artifact;
 mod pull;
 mod push;
 mod registry;
+mod signature;
 mod store;
 
 pub(crate) use pull::{fetch, resolve};

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::artifact::{self, Plan};
 use super::registry::{ACCEPTED_MANIFESTS, MANIFEST_LIMIT, MAX_MANIFEST, Registry};
+use super::signature;
 use super::store::Store;
 use crate::policy::source::{OciReference, OciSource, RegistryOptions};
 
@@ -35,9 +36,21 @@ pub(crate) fn fetch(src: &OciSource) -> Result<Pulled, String> {
         Some(d) => d.clone(),
         None => resolve(&src.reference, &src.registry, &src.store)?,
     };
+    let key = src
+        .cosign_key
+        .as_deref()
+        .map(signature::CosignKey::read)
+        .transpose()?;
     on_own_runtime(src.registry.timeout, async {
         let store = Store::open(&src.store)?;
         let mut session = Session::new(&src.reference, &src.registry, &store);
+        if let Some(key) = &key
+            && !signature::kept(key, &digest, &store)
+        {
+            signature::fetch_and_verify(key, &digest, &store, session.registry()?)
+                .await
+                .map_err(|e| format!("cosign signature: {e}"))?;
+        }
         session
             .component(&digest, src.path_in_image.as_deref())
             .await

@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 
 /// Blobs by digest.
 pub(super) struct Store {
+    root: PathBuf,
     dir: PathBuf,
 }
 
@@ -54,7 +55,15 @@ impl Store {
                     blobs.display()
                 )
             })?;
-        Ok(Store { dir: blobs })
+        Ok(Store {
+            root: dir.to_owned(),
+            dir: blobs,
+        })
+    }
+
+    /// The store's directory (`<cache_dir>/oci`).
+    pub(super) fn root(&self) -> &Path {
+        &self.root
     }
 
     /// Where the blob with `digest` lives.

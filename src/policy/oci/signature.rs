@@ -1,0 +1,219 @@
+//! Cosign signatures, checked with a public key (`cosign_key`): the
+//! signature `cosign sign --key` pushes beside an artefact, in the same
+//! repository under the tag `sha256-<manifest hex>.sig`. Its layers are
+//! "simple signing" payloads (`application/vnd.dev.cosign.simplesigning.v1+json`)
+//! whose `critical.image.docker-manifest-digest` names what was signed, with
+//! the ECDSA P-256 signature (DER, base64) in the annotation
+//! `dev.cosignproject.cosign/signature`.
+//!
+//! A signature that verifies is kept in the store (the payload as a blob, the
+//! signature in `signatures/<manifest hex>`), and checked again with the key
+//! on every load, so a node restarts with its registry down.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use p256::ecdsa::signature::Verifier;
+use p256::ecdsa::{Signature, VerifyingKey};
+use p256::pkcs8::DecodePublicKey;
+use serde::Deserialize;
+
+use super::registry::{ACCEPTED_MANIFESTS, MANIFEST_LIMIT, Registry};
+use super::store::Store;
+
+const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+/// The largest signature payload read.
+const MAX_PAYLOAD: u64 = 64 << 10;
+
+/// A cosign public key (ECDSA P-256, as `cosign generate-key-pair` writes).
+pub(super) struct CosignKey {
+    key: VerifyingKey,
+    path: String,
+}
+
+impl CosignKey {
+    /// Reads a PEM public key file.
+    pub(super) fn read(path: &Path) -> Result<Self, String> {
+        let pem = crate::policy::read::read_regular_file(path, 64 << 10)
+            .map_err(|e| format!("cannot read cosign_key {}: {e}", path.display()))?;
+        let text = String::from_utf8_lossy(&pem);
+        let key = VerifyingKey::from_public_key_pem(text.trim()).map_err(|e| {
+            format!(
+                "cosign_key {} is not a PEM ECDSA P-256 public key ({e}); `cosign generate-key-pair` writes one (cosign.pub)",
+                path.display()
+            )
+        })?;
+        Ok(CosignKey {
+            key,
+            path: path.display().to_string(),
+        })
+    }
+
+    /// Whether `signature` (DER, base64) signs `payload`, and the payload
+    /// names `manifest`.
+    fn check(&self, payload: &[u8], signature: &str, manifest: &str) -> Result<(), String> {
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(signature.trim())
+            .map_err(|_| "its signature is not base64".to_owned())?;
+        let sig = Signature::from_der(&der).map_err(|_| "its signature is not DER".to_owned())?;
+        self.key
+            .verify(payload, &sig)
+            .map_err(|_| format!("it is not signed by the key in {}", self.path))?;
+        let p: Payload = serde_json::from_slice(payload)
+            .map_err(|e| format!("its payload is not a cosign payload ({e})"))?;
+        if p.critical.image.docker_manifest_digest != manifest {
+            return Err(format!(
+                "it signs {}, not {manifest}",
+                p.critical.image.docker_manifest_digest
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct Payload {
+    critical: Critical,
+}
+
+#[derive(Deserialize)]
+struct Critical {
+    image: Image,
+}
+
+#[derive(Deserialize)]
+struct Image {
+    #[serde(rename = "docker-manifest-digest")]
+    docker_manifest_digest: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SigManifest {
+    #[serde(default)]
+    layers: Vec<SigLayer>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SigLayer {
+    media_type: String,
+    digest: String,
+    size: u64,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// A verified signature as kept in the store: the payload's digest and the signature.
+#[derive(serde::Serialize, Deserialize)]
+struct Kept {
+    payload: String,
+    signature: String,
+}
+
+fn kept_path(store: &Store, manifest: &str) -> std::path::PathBuf {
+    store
+        .root()
+        .join("signatures")
+        .join(manifest.trim_start_matches("sha256:"))
+}
+
+/// Whether the store keeps a signature of `manifest` that `key` verifies.
+pub(super) fn kept(key: &CosignKey, manifest: &str, store: &Store) -> bool {
+    let Ok(bytes) = std::fs::read(kept_path(store, manifest)) else {
+        return false;
+    };
+    let Ok(k) = serde_json::from_slice::<Kept>(&bytes) else {
+        return false;
+    };
+    store
+        .read(&k.payload, MAX_PAYLOAD)
+        .is_some_and(|payload| key.check(&payload, &k.signature, manifest).is_ok())
+}
+
+/// Checks that `manifest` is signed by `key` with the signatures in the
+/// registry, and keeps the one that verifies.
+pub(super) async fn fetch_and_verify(
+    key: &CosignKey,
+    manifest: &str,
+    store: &Store,
+    registry: &mut Registry,
+) -> Result<(), String> {
+    let kept = kept_path(store, manifest);
+    let tag = format!("{}.sig", manifest.replace(':', "-"));
+    let mut body = Vec::new();
+    registry
+        .get(
+            &format!("manifests/{tag}"),
+            ACCEPTED_MANIFESTS,
+            MANIFEST_LIMIT,
+            |c| {
+                body.extend_from_slice(c);
+                Ok(())
+            },
+        )
+        .await
+        .map_err(|e| {
+            if e.contains("404") {
+                format!(
+                    "{manifest} is not signed: the repository has no {tag}; sign it with `cosign sign --key cosign.key REF@{manifest}`"
+                )
+            } else {
+                format!("cannot fetch its signature {tag}: {e}")
+            }
+        })?;
+    let sigs: SigManifest = serde_json::from_slice(&body)
+        .map_err(|e| format!("{tag} is not a cosign signature manifest ({e})"))?;
+    let mut why = Vec::new();
+    for layer in sigs
+        .layers
+        .iter()
+        .filter(|l| l.media_type == SIMPLE_SIGNING)
+    {
+        let Some(signature) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
+            continue;
+        };
+        let mut writer = store.writer()?;
+        registry
+            .get(
+                &format!("blobs/{}", layer.digest),
+                "*/*",
+                (layer.size.min(MAX_PAYLOAD), "a signature payload's 64 KiB"),
+                |c| writer.write(c),
+            )
+            .await?;
+        store.commit(writer, &layer.digest)?;
+        let payload = store
+            .read(&layer.digest, MAX_PAYLOAD)
+            .ok_or_else(|| format!("blob {} changed while being read", layer.digest))?;
+        match key.check(&payload, signature, manifest) {
+            Ok(()) => {
+                let record = serde_json::to_vec(&Kept {
+                    payload: layer.digest.clone(),
+                    signature: signature.clone(),
+                })
+                .expect("JSON of strings");
+                if let Some(dir) = kept.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let tmp = kept.with_extension("partial");
+                if std::fs::write(&tmp, record).is_ok() {
+                    let _ = std::fs::rename(&tmp, &kept);
+                }
+                return Ok(());
+            }
+            Err(e) => why.push(format!("{}: {e}", layer.digest)),
+        }
+    }
+    Err(format!(
+        "no signature of {manifest} by the key in {}: {} signature(s) at {tag} checked{}",
+        key.path,
+        why.len(),
+        if why.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", why.join("; "))
+        }
+    ))
+}
