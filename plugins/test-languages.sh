@@ -146,7 +146,8 @@ passed=$((passed + 1))
 # registered through the kubelet's own plugin manager (tests/peers), then
 # registered again from the cache with the registry gone.
 echo "--- py: through an OCI registry to the kubelet 1.37.2's plugin manager"
-(cd ../tests/peers && REGISTRAR_BIN=$bin OCI_PLUGIN_WASM=$(wasm_of py) \
+py_wasm=$(wasm_of py) # before the cd: wasm_of names files from here
+(cd ../tests/peers && REGISTRAR_BIN=$bin OCI_PLUGIN_WASM=$py_wasm \
     go test -count=1 -run 'TestKubeletRegistersAPluginPulledFromARegistry' ./...) ||
     fail "py: pulled from a registry and registered"
 passed=$((passed + 1))

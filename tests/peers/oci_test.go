@@ -12,6 +12,7 @@ package peers
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -102,7 +103,7 @@ func TestKubeletRegistersAPluginPulledFromARegistryAndAgainFromTheCacheWithoutIt
 	out, err := exec.Command(registrarBin(t), "plugin", "push", wasm, reg.addr+"/policies/pool-suffix:v1",
 		"--insecure-registry", reg.addr).Output()
 	if err != nil {
-		t.Fatalf("plugin push: %v", err)
+		t.Fatalf("plugin push: %v\n%s", err, stderrOf(err))
 	}
 	line := strings.TrimSpace(string(out))
 	if !strings.HasPrefix(line, "oci = \""+reg.addr+"/policies/pool-suffix:v1@sha256:") {
@@ -140,4 +141,13 @@ func TestKubeletRegistersAPluginPulledFromARegistryAndAgainFromTheCacheWithoutIt
 	if code := r.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit code on SIGTERM = %d, want 0", code)
 	}
+}
+
+// stderrOf is what a command run with Output wrote to its standard error.
+func stderrOf(err error) string {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return string(exit.Stderr)
+	}
+	return ""
 }
