@@ -155,7 +155,15 @@ impl Host {
             }
         }
         .map_err(|e| compiler::explain_compile_error(&e))?;
-        tracing::debug!(took = ?started.elapsed(), cache = ?outcome, "Plugin compiled");
+        let compiled = started.elapsed();
+        // Otherwise the first instantiation makes the copy-on-write image of
+        // the component's memories (a memfd the initial data is written to),
+        // inside the first call's deadline: for a Python plugin, a snapshot of
+        // tens of MB that a busy node takes more than 100 ms to write.
+        component
+            .initialize_copy_on_write_image()
+            .map_err(|e| format!("cannot prepare the component's memory image: {e:#}"))?;
+        tracing::debug!(took = ?compiled, image = ?started.elapsed() - compiled, cache = ?outcome, "Plugin compiled");
         Ok(component)
     }
 }
