@@ -9,8 +9,9 @@
 //! compile in-process.
 
 use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 
 use wasmtime::Engine;
@@ -165,12 +166,26 @@ fn in_child(exe: &PathBuf, wasm: &[u8]) -> Result<Vec<u8>, ChildError> {
     let status = child.wait().map_err(ChildError::Spawn)?;
     let _ = writer.join();
     read.map_err(ChildError::Spawn)?;
-    match status.code() {
-        Some(0) => Ok(compiled),
-        Some(2) => Err(ChildError::Compile(errors.trim().to_owned())),
+    outcome(status, compiled, errors.trim())
+}
+
+/// What a compile-worker's exit means.
+fn outcome(status: ExitStatus, compiled: Vec<u8>, errors: &str) -> Result<Vec<u8>, ChildError> {
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Ok(compiled),
+        (Some(2), _) => Err(ChildError::Compile(errors.to_owned())),
+        // Killed: most often by the container's memory limit. Compiling here
+        // instead would take the registrar down with it.
+        (_, Some(signal)) => Err(ChildError::Compile(format!(
+            "the compiler process was killed by signal {signal}{}: compiling takes far more memory than running (390 MiB for the 18 MB Python example); raise the container's memory limit, or compile beforehand with `plugin precompile` (in an initContainer)",
+            if signal == libc::SIGKILL {
+                " (SIGKILL: the memory limit?)"
+            } else {
+                ""
+            }
+        ))),
         _ => Err(ChildError::Spawn(std::io::Error::other(format!(
-            "compile-worker ended with {status}: {}",
-            errors.trim()
+            "compile-worker ended with {status}: {errors}"
         )))),
     }
 }
@@ -199,5 +214,46 @@ pub(crate) fn compile_worker() -> std::process::ExitCode {
             eprintln!("{e:#}");
             std::process::ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(raw: i32) -> ExitStatus {
+        ExitStatus::from_raw(raw)
+    }
+
+    #[test]
+    fn a_compiler_killed_by_the_memory_limit_is_an_error_not_a_reason_to_compile_here() {
+        // A wait status of 9: killed by SIGKILL, as the OOM killer does.
+        match outcome(status(libc::SIGKILL), Vec::new(), "") {
+            Err(ChildError::Compile(message)) => assert!(
+                message.starts_with("the compiler process was killed by signal 9 (SIGKILL: the memory limit?): compiling takes far more memory than running")
+                    && message.contains("raise the container's memory limit, or compile beforehand with `plugin precompile`"),
+                "{message}"
+            ),
+            Err(ChildError::Spawn(e)) => panic!("would compile in the registrar: {e}"),
+            Ok(_) => panic!("a killed compiler succeeded"),
+        }
+    }
+
+    #[test]
+    fn a_compiler_that_could_not_run_lets_the_registrar_compile_and_a_refusal_is_kept() {
+        // Exit status 1 (`<< 8` in a wait status): the worker could not start its engine.
+        assert!(matches!(
+            outcome(
+                status(1 << 8),
+                Vec::new(),
+                "cannot start the WebAssembly engine"
+            ),
+            Err(ChildError::Spawn(_))
+        ));
+        match outcome(status(2 << 8), Vec::new(), "invalid component") {
+            Err(ChildError::Compile(m)) => assert_eq!(m, "invalid component"),
+            _ => panic!("exit 2 is the component's fault"),
+        }
+        assert_eq!(outcome(status(0), vec![1, 2], "").ok(), Some(vec![1, 2]));
     }
 }
