@@ -36,6 +36,9 @@ pub(super) const CONCURRENT_INSTANCES: u32 = 16;
 /// Why a component does not compile or load, in the author's terms: one
 /// that is valid but larger than an instance slot says so, with the limits.
 pub(super) fn explain_compile_error(e: &wasmtime::Error) -> String {
+    if let Some(killed) = e.downcast_ref::<CompilerKilled>() {
+        return killed.to_string();
+    }
     let text = format!("{e:#}");
     match text.split_once("does not fit in pooling allocator requirements: ") {
         Some((_, why)) => format!(
@@ -104,6 +107,7 @@ pub(super) fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u
     match in_child(exe, wasm) {
         Ok(compiled) => Ok(compiled),
         Err(ChildError::Compile(message)) => Err(wasmtime::Error::msg(message)),
+        Err(ChildError::Killed(killed)) => Err(wasmtime::Error::new(killed)),
         Err(ChildError::Spawn(e)) => {
             tracing::debug!(error = %e, "Cannot compile in a child process; compiling here");
             engine.precompile_component(wasm)
@@ -127,7 +131,33 @@ enum ChildError {
     Spawn(std::io::Error),
     /// The child ran and the component does not compile.
     Compile(String),
+    /// The child was killed: the component may be fine, the node was not.
+    Killed(CompilerKilled),
 }
+
+/// A compiler child killed by a signal, the container's memory limit most
+/// often. Not the component's fault, so not said to be invalid.
+#[derive(Debug)]
+pub(super) struct CompilerKilled {
+    signal: i32,
+}
+
+impl std::fmt::Display for CompilerKilled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let signal = self.signal;
+        let why = if signal == libc::SIGKILL {
+            " (SIGKILL: the memory limit?)"
+        } else {
+            ""
+        };
+        write!(
+            f,
+            "the compiler process was killed by signal {signal}{why}: compiling takes far more memory than running (390 MiB for the 18 MB Python example); raise the container's memory limit, or compile beforehand with `plugin precompile` (in an initContainer)"
+        )
+    }
+}
+
+impl std::error::Error for CompilerKilled {}
 
 fn in_child(exe: &PathBuf, wasm: &[u8]) -> Result<Vec<u8>, ChildError> {
     let mut command = Command::new(exe);
@@ -137,13 +167,9 @@ fn in_child(exe: &PathBuf, wasm: &[u8]) -> Result<Vec<u8>, ChildError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env_clear();
-    // SAFETY: prctl is async-signal-safe. The child dies with the registrar
-    // (the spawning thread waits for it, so it outlives the compile).
+    // SAFETY: `in_the_child` makes only async-signal-safe calls.
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
+        std::os::unix::process::CommandExt::pre_exec(&mut command, in_the_child);
     }
     let mut child = command.spawn().map_err(ChildError::Spawn)?;
     // Write from another thread: the child may write before it has read all.
@@ -169,6 +195,30 @@ fn in_child(exe: &PathBuf, wasm: &[u8]) -> Result<Vec<u8>, ChildError> {
     outcome(status, compiled, errors.trim())
 }
 
+/// Run in the forked child before exec; async-signal-safe calls only.
+///
+/// The child dies with the registrar (the spawning thread waits for it, so it
+/// outlives the compile). And it is the first the kernel kills when the
+/// container runs out of memory: the registrar is not killed for the compiler's
+/// sake; the compile fails, and the last good policy stays. Raising one's own
+/// `oom_score_adj` needs no privilege.
+fn in_the_child() -> std::io::Result<()> {
+    // SAFETY: prctl, open, write and close are async-signal-safe; the path is a
+    // NUL-terminated constant.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        let fd = libc::open(
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            libc::write(fd, b"1000".as_ptr().cast(), 4);
+            libc::close(fd);
+        }
+    }
+    Ok(())
+}
+
 /// What a compile-worker's exit means.
 fn outcome(status: ExitStatus, compiled: Vec<u8>, errors: &str) -> Result<Vec<u8>, ChildError> {
     match (status.code(), status.signal()) {
@@ -176,14 +226,7 @@ fn outcome(status: ExitStatus, compiled: Vec<u8>, errors: &str) -> Result<Vec<u8
         (Some(2), _) => Err(ChildError::Compile(errors.to_owned())),
         // Killed: most often by the container's memory limit. Compiling here
         // instead would take the registrar down with it.
-        (_, Some(signal)) => Err(ChildError::Compile(format!(
-            "the compiler process was killed by signal {signal}{}: compiling takes far more memory than running (390 MiB for the 18 MB Python example); raise the container's memory limit, or compile beforehand with `plugin precompile` (in an initContainer)",
-            if signal == libc::SIGKILL {
-                " (SIGKILL: the memory limit?)"
-            } else {
-                ""
-            }
-        ))),
+        (_, Some(signal)) => Err(ChildError::Killed(CompilerKilled { signal })),
         _ => Err(ChildError::Spawn(std::io::Error::other(format!(
             "compile-worker ended with {status}: {errors}"
         )))),
@@ -229,14 +272,35 @@ mod tests {
     fn a_compiler_killed_by_the_memory_limit_is_an_error_not_a_reason_to_compile_here() {
         // A wait status of 9: killed by SIGKILL, as the OOM killer does.
         match outcome(status(libc::SIGKILL), Vec::new(), "") {
-            Err(ChildError::Compile(message)) => assert!(
-                message.starts_with("the compiler process was killed by signal 9 (SIGKILL: the memory limit?): compiling takes far more memory than running")
-                    && message.contains("raise the container's memory limit, or compile beforehand with `plugin precompile`"),
-                "{message}"
+            Err(ChildError::Killed(killed)) => assert!(
+                killed.to_string().starts_with("the compiler process was killed by signal 9 (SIGKILL: the memory limit?): compiling takes far more memory than running")
+                    && killed.to_string().contains("raise the container's memory limit, or compile beforehand with `plugin precompile`"),
+                "{killed}"
             ),
+            Err(ChildError::Compile(m)) => panic!("said to be the component's fault: {m}"),
             Err(ChildError::Spawn(e)) => panic!("would compile in the registrar: {e}"),
             Ok(_) => panic!("a killed compiler succeeded"),
         }
+        // What the operator reads: not that the component is invalid.
+        let error = wasmtime::Error::new(CompilerKilled { signal: 9 }).context("loading");
+        assert!(
+            explain_compile_error(&error)
+                .starts_with("the compiler process was killed by signal 9"),
+            "{}",
+            explain_compile_error(&error)
+        );
+    }
+
+    #[test]
+    fn the_compiler_is_the_first_process_the_kernel_kills_when_memory_runs_out() {
+        let mut command = Command::new("cat");
+        command.arg("/proc/self/oom_score_adj");
+        // SAFETY: as in `in_child`.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, in_the_child);
+        }
+        let out = command.output().expect("cat runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1000");
     }
 
     #[test]
