@@ -107,9 +107,11 @@ if ! command -v docker-registry >/dev/null; then
 fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 printf 'version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' "$work/registry" "$port" >"$work/registry.yml"
-docker-registry serve "$work/registry.yml" 2>"$work/registry.log" &
+docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
 registry_pid=$!
-trap 'kill $registry_pid 2>/dev/null; rm -rf "$work"' EXIT
+# `|| true`: under set -e a failed kill (the registry is stopped below) would
+# end the trap, and the script, with status 1.
+trap 'kill $registry_pid 2>/dev/null || true; rm -rf "$work"' EXIT
 timeout 20 bash -c "until grep -q 'listening on' '$work/registry.log'; do sleep 0.1; done"
 ref=$("$bin" plugin push "$wasm" "127.0.0.1:$port/csi/pool-suffix:1" --insecure-registry "127.0.0.1:$port" 2>/dev/null)
 ref=${ref#oci = \"}; ref=${ref%\"}
