@@ -38,6 +38,16 @@ fn push(wasm: &Path, reference: &str, flags: &[&str]) -> String {
         .to_owned()
 }
 
+/// `plugin push` of `wasm` to `repository` (`REPO:TAG`) of a plain-HTTP
+/// registry; the `oci = "…"` line it printed.
+fn push_over_http(registry: &Registry, wasm: &Path, repository: &str) -> String {
+    push(
+        wasm,
+        &format!("{}/{repository}", registry.addr),
+        &["--insecure-registry", &registry.addr],
+    )
+}
+
 /// A policy pulling `reference` into `dir/cache`, with `policy` lines in
 /// `[policy]` and `plugin` lines in the entry.
 fn policy(dir: &Path, reference: &str, policy: &str, plugin: &str) -> String {
@@ -69,18 +79,10 @@ fn a_pushed_plugin_is_pulled_once_then_loaded_from_the_cache_without_the_registr
         return;
     };
     let wasm = plugin("pool-suffix");
-    let reference = push(
-        &wasm,
-        &format!("{}/policies/pool-suffix:v1", registry.addr),
-        &["--insecure-registry", &registry.addr],
-    );
+    let reference = push_over_http(&registry, &wasm, "policies/pool-suffix:v1");
     assert!(reference.contains(":v1@sha256:"), "{reference}");
     // The same component gives the same pin.
-    let again = push(
-        &wasm,
-        &format!("{}/policies/pool-suffix:v2", registry.addr),
-        &["--insecure-registry", &registry.addr],
-    );
+    let again = push_over_http(&registry, &wasm, "policies/pool-suffix:v2");
     assert_eq!(
         reference.rsplit_once('@').unwrap().1,
         again.rsplit_once('@').unwrap().1
@@ -443,11 +445,7 @@ fn a_cache_entry_edited_on_disk_is_never_used() {
         return;
     };
     let wasm = plugin("pool-suffix");
-    let reference = push(
-        &wasm,
-        &format!("{}/policies/p:v1", registry.addr),
-        &["--insecure-registry", &registry.addr],
-    );
+    let reference = push_over_http(&registry, &wasm, "policies/p:v1");
     let dir = tempfile::tempdir().unwrap();
     let toml = policy(dir.path(), &reference, &insecure(&registry), "");
     renames(dir.path(), &toml);
@@ -486,11 +484,7 @@ async fn a_reload_whose_pull_fails_keeps_the_last_good_policy() {
     let Some(registry) = Registry::start(Options::default()) else {
         return;
     };
-    let reference = push(
-        &plugin("pool-suffix"),
-        &format!("{}/policies/p:v1", registry.addr),
-        &["--insecure-registry", &registry.addr],
-    );
+    let reference = push_over_http(&registry, &plugin("pool-suffix"), "policies/p:v1");
     let sb = Sandbox::new();
     let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
         .await
@@ -638,11 +632,7 @@ fn a_cosign_signature_by_the_key_is_required_when_one_is_named() {
     };
     cosign_run(&["generate-key-pair"]);
     cosign_run(&["generate-key-pair", "--output-key-prefix", "other"]);
-    let reference = push(
-        &plugin("pool-suffix"),
-        &format!("{}/policies/signed:v1", registry.addr),
-        &["--insecure-registry", &registry.addr],
-    );
+    let reference = push_over_http(&registry, &plugin("pool-suffix"), "policies/signed:v1");
     let digest = reference.rsplit_once('@').unwrap().1.to_owned();
     let dir = tempfile::tempdir().unwrap();
     let insecure = insecure(&registry);

@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use csi_node_driver_registrar::testing::{MAX_MEMORY_LIMIT_MIB, MAX_TIMEOUT_MS, PolicyFile};
+use csi_node_driver_registrar::testing::{
+    MAX_MEMORY_LIMIT_MIB, MAX_TIMEOUT_MS, PluginSource, PolicyFile,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -19,7 +21,19 @@ fuzz_target!(|data: &[u8]| {
                 assert!((1..=u128::from(MAX_TIMEOUT_MS)).contains(&ms), "timeout {ms}");
                 let mib = p.memory_limit_bytes >> 20;
                 assert!((1..=MAX_MEMORY_LIMIT_MIB).contains(&mib), "memory {mib}");
-                assert!(p.path.starts_with("/fuzz") || p.path.is_absolute());
+                match &p.source {
+                    PluginSource::File { path, .. } => assert!(path.is_absolute(), "{path:?}"),
+                    // An OCI plugin is pinned by a well-formed manifest digest.
+                    PluginSource::Oci(oci) => {
+                        let digest = oci.reference.digest.as_deref().expect("pinned");
+                        let hex = digest.strip_prefix("sha256:").expect("sha256");
+                        assert!(
+                            hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+                            "{digest}"
+                        );
+                        assert!(oci.store.is_absolute(), "{:?}", oci.store);
+                    }
+                }
                 serde_json::from_str::<serde_json::Value>(&p.settings_json).expect("settings are JSON");
             }
         }

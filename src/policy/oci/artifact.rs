@@ -146,6 +146,12 @@ pub(super) fn plan(bytes: &[u8], path_in_image: Option<&str>, max: u64) -> Resul
         .filter(|l| TAR_LAYERS.contains(&l.media_type.as_str()))
         .cloned()
         .collect();
+    if let Some(zstd) = m.layers.iter().find(|l| l.media_type.ends_with("+zstd")) {
+        return Err(format!(
+            "layer {} is zstd-compressed ({}), which the registrar does not read: rebuild the image with gzip layers (docker's default), or push the .wasm with `csi-node-driver-registrar plugin push`",
+            zstd.digest, zstd.media_type
+        ));
+    }
     if tars.is_empty() || tars.len() != m.layers.len() {
         return Err(format!(
             "oci_path is set, but the artefact is not a container image of tar layers (layers [{}]){}",
@@ -338,6 +344,13 @@ mod tests {
         assert_eq!(
             err,
             "its wasm layer is 1000 bytes, more than the 100 allowed (pull_max_mib)"
+        );
+        let zstd = "application/vnd.oci.image.layer.v1.tar+zstd";
+        let err = plan(&manifest(&[(zstd, 10)]), Some("/plugin.wasm"), 100).unwrap_err();
+        assert!(
+            err.starts_with("layer sha256:")
+                && err.contains(" is zstd-compressed (application/vnd.oci.image.layer.v1.tar+zstd), which the registrar does not read: rebuild the image with gzip layers"),
+            "{err}"
         );
         let err = plan(b"{}", None, 100).unwrap_err();
         assert!(

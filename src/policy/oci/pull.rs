@@ -73,19 +73,7 @@ pub(crate) fn resolve(
             (None, Some(t)) => t.clone(),
             (None, None) => "latest".into(),
         };
-        let mut bytes = Vec::new();
-        session
-            .registry()?
-            .get(
-                &format!("manifests/{what}"),
-                ACCEPTED_MANIFESTS,
-                MANIFEST_LIMIT,
-                |c| {
-                    bytes.extend_from_slice(c);
-                    Ok(())
-                },
-            )
-            .await?;
+        let bytes = session.fetch_manifest(&what).await?;
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
         if let Some(d) = &reference.digest
             && d != &digest
@@ -157,15 +145,13 @@ impl<'a> Session<'a> {
         Ok(self.registry.as_mut().expect("just set"))
     }
 
-    /// A manifest by digest, from the store or the registry (then stored).
-    async fn manifest(&mut self, digest: &str) -> Result<Vec<u8>, String> {
-        if let Some(bytes) = self.store.read(digest, MAX_MANIFEST) {
-            return Ok(bytes);
-        }
+    /// A manifest by tag or digest from the registry, whole (capped at
+    /// `MANIFEST_LIMIT`); the caller checks its digest.
+    async fn fetch_manifest(&mut self, what: &str) -> Result<Vec<u8>, String> {
         let mut bytes = Vec::new();
         self.registry()?
             .get(
-                &format!("manifests/{digest}"),
+                &format!("manifests/{what}"),
                 ACCEPTED_MANIFESTS,
                 MANIFEST_LIMIT,
                 |c| {
@@ -174,6 +160,15 @@ impl<'a> Session<'a> {
                 },
             )
             .await?;
+        Ok(bytes)
+    }
+
+    /// A manifest by digest, from the store or the registry (then stored).
+    async fn manifest(&mut self, digest: &str) -> Result<Vec<u8>, String> {
+        if let Some(bytes) = self.store.read(digest, MAX_MANIFEST) {
+            return Ok(bytes);
+        }
+        let bytes = self.fetch_manifest(digest).await?;
         self.store
             .put(&bytes, digest)
             .map_err(|e| format!("manifest {digest}: {e}"))?;
