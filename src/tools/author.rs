@@ -160,10 +160,6 @@ pub(crate) struct HookInput {
     pub(crate) failure: Option<Failure>,
 }
 
-/// A refusal as the kubelet words one.
-pub(crate) const EXAMPLE_REFUSAL: &str =
-    "RegisterPlugin error -- plugin registration failed with err: example";
-
 /// The hook's decision as the registrar would apply it, as `plugin run`
 /// prints it: `{"decision": …}`, with `clamped_from` where the registrar
 /// clamped the answer and `registrar` where the plugin deferred to it.
@@ -176,7 +172,7 @@ pub(crate) fn decide(
     use serde_json::json;
     if hook == Hook::Failure {
         let failure = input.failure.unwrap_or(Failure {
-            error: EXAMPLE_REFUSAL.into(),
+            error: super::cli::EXAMPLE_REFUSAL.into(),
             attempt: 1,
             elapsed: Duration::ZERO,
         });

@@ -162,7 +162,7 @@ impl Loader {
                 error: case
                     .error
                     .clone()
-                    .unwrap_or_else(|| author::EXAMPLE_REFUSAL.into()),
+                    .unwrap_or_else(|| super::cli::EXAMPLE_REFUSAL.into()),
                 attempt: case.attempt.unwrap_or(1),
                 elapsed: Duration::from_millis(case.elapsed_ms.unwrap_or(0)),
             }),

@@ -4,6 +4,11 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// A refusal as the kubelet words one: the failure hook's input when a case
+/// or `plugin run` gives none.
+pub(crate) const EXAMPLE_REFUSAL: &str =
+    "RegisterPlugin error -- plugin registration failed with err: example";
+
 #[derive(Debug, Parser)]
 #[command(name = "csi-node-driver-registrar")]
 pub(super) struct Tools {
@@ -185,7 +190,7 @@ pub(super) struct RunArgs {
     /// The kubelet's error text, for the failure hook.
     #[arg(
         long,
-        default_value = super::author::EXAMPLE_REFUSAL
+        default_value = EXAMPLE_REFUSAL
     )]
     pub(super) error: String,
     /// The attempt number, for the failure hook.
