@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 /// A refusal as the kubelet words one: the failure hook's input when a case
 /// or `plugin run` gives none.
+#[cfg(feature = "wasm")]
 pub(crate) const EXAMPLE_REFUSAL: &str =
     "RegisterPlugin error -- plugin registration failed with err: example";
 
