@@ -202,6 +202,7 @@ fn ctx() -> Context {
         csi_address: "/csi/csi.sock".into(),
         kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath/csi.sock".into(),
         plugin_registration_path: "/registration".into(),
+        ..Context::default()
     }
 }
 

@@ -20,6 +20,7 @@ use crate::csi;
 use crate::error::AppError;
 use crate::health;
 use crate::metrics::Metrics;
+use crate::plugin_type::PluginType;
 use crate::policy::Policy;
 use crate::proto::registration::registration_server::RegistrationServer;
 use crate::registrar::{self, Registrar};
@@ -75,13 +76,25 @@ async fn serve(
         None => registrar::load(&config, &state).await??,
     };
 
-    let deadline = config.driver_wait.map(|w| Instant::now() + w);
-    let (driver, info) = csi::discover(&config.csi_socket, config.timeout, deadline).await?;
+    let (driver, info) = match &config.driver_name {
+        // A DRA driver is named by the flag; its service socket is the kubelet's to dial.
+        Some(name) if config.plugin_type == PluginType::Dra => {
+            tracing::info!(driverName = %name, pluginType = %config.plugin_type, "Registering a DRA driver named by --driver-name");
+            (None, csi::PluginInfo::named(name))
+        }
+        _ => {
+            let deadline = config.driver_wait.map(|w| Instant::now() + w);
+            let (driver, info) =
+                csi::discover(&config.csi_socket, config.timeout, deadline).await?;
+            (Some(driver), info)
+        }
+    };
     let ctx = registrar::context(&config, &info);
     let registration = registrar::decide(&policy, &ctx).await?;
 
-    let (verdict_tx, verdicts) = mpsc::unbounded_channel();
-    let service = RegistrationService::new(state.reader(), verdict_tx, state.metrics().clone());
+    let (calls_tx, calls) = mpsc::unbounded_channel();
+    let service = RegistrationService::new(state.reader(), calls_tx, state.metrics().clone())
+        .of_type(config.plugin_type);
     let (conn_tx, conn_rx) = mpsc::channel(16);
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(
@@ -91,9 +104,13 @@ async fn serve(
                 let _ = server_stopped.await;
             }),
     );
-    let slot = Slot::new(config.plugin_registration_path.clone(), conn_tx);
+    let slot = Slot::new(
+        config.plugin_registration_path.clone(),
+        config.pod_uid.clone(),
+        conn_tx,
+    );
     let registrar = Registrar::new(config, state, policy, ctx, driver, slot);
-    let code = registrar.run(&registration, verdicts, reloads).await?;
+    let code = registrar.run(&registration, calls, reloads).await?;
 
     // Let in-flight kubelet calls (the NotifyRegistrationStatus that led here) get their reply.
     let _ = stop_server.send(());

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::flags::{Flags, MODE_REGISTRATION_PROBE};
-use crate::{csi, messages};
+use crate::plugin_type::PluginType;
+use crate::{csi, messages, validate};
 
 /// Everything the registrar needs to run, checked.
 #[derive(Debug, Clone)]
@@ -30,6 +31,16 @@ pub struct Config {
     pub node_name: String,
     /// `--policy-config`.
     pub policy_config: Option<PathBuf>,
+    /// `--plugin-type`.
+    pub plugin_type: PluginType,
+    /// `--driver-name`: the name of a DRA driver (a CSI driver is asked its own).
+    pub driver_name: Option<String>,
+    /// `--supported-versions`; `None`: the plugin type's default.
+    pub supported_versions: Option<Vec<String>>,
+    /// `--pod-uid` (or `POD_UID`): the registration socket is named per pod.
+    pub pod_uid: Option<String>,
+    /// `--notify-timeout`; `None`: wait for the kubelet's verdict forever.
+    pub notify_timeout: Option<Duration>,
 }
 
 /// Flags that parse but cannot be run with (exit code 1, as upstream).
@@ -44,6 +55,38 @@ pub enum FlagsError {
     /// `--csi-address` is not a unix socket.
     #[error(transparent)]
     CsiAddress(#[from] csi::CsiError),
+    /// A DRA driver without `--driver-name`.
+    #[error(
+        "--driver-name is required with --plugin-type=DRAPlugin: a DRA driver has no CSI Identity service to ask its name; pass the name the driver publishes its ResourceSlices under"
+    )]
+    MissingDriverName,
+    /// `--driver-name` is not a name the kubelet takes.
+    #[error("--driver-name {}: {err}", validate::shown(name))]
+    DriverName {
+        /// The name given.
+        name: String,
+        /// Why it cannot be used.
+        err: validate::NameError,
+    },
+    /// `--supported-versions` holds nothing the kubelet would take.
+    #[error("--supported-versions {}: {err}", validate::shown(given))]
+    SupportedVersions {
+        /// The flag's value.
+        given: String,
+        /// Why the kubelet would refuse it.
+        err: validate::VersionsError,
+    },
+    /// `--pod-uid` is not a UID.
+    #[error(
+        "--pod-uid (or POD_UID) {}: not a pod UID (8-4-4-4-12 hexadecimal digits, as metadata.uid); pass the pod's own with the downward API (fieldRef: metadata.uid)",
+        validate::shown(.0)
+    )]
+    PodUid(String),
+    /// `--pod-uid` for a CSI driver.
+    #[error(
+        "--pod-uid names a registration socket per pod, which the kubelet supports for DRAPlugin only: its CSI handler keeps one endpoint per driver name, so two pods' CSI registrations would replace each other; remove --pod-uid"
+    )]
+    PodUidForCsi,
 }
 
 /// What `main` should do after flag parsing.
@@ -71,6 +114,11 @@ impl Config {
             probe_interval: Some(Duration::from_secs(10)),
             node_name: String::new(),
             policy_config: None,
+            plugin_type: PluginType::Csi,
+            driver_name: None,
+            supported_versions: None,
+            pod_uid: None,
+            notify_timeout: Some(DEFAULT_NOTIFY_TIMEOUT),
         }
     }
 
@@ -110,6 +158,44 @@ impl Config {
         if !flags.ignored.is_empty() {
             tracing::warn!(args = ?flags.ignored, "Ignoring arguments after the flags");
         }
+        let plugin_type = PluginType::parse(&flags.plugin_type).unwrap_or_default();
+        let driver_name = match (plugin_type, flags.driver_name.as_str()) {
+            (PluginType::Dra, "") => return Err(FlagsError::MissingDriverName),
+            (PluginType::Dra, name) => {
+                validate::driver_name(name).map_err(|err| FlagsError::DriverName {
+                    name: name.to_owned(),
+                    err,
+                })?;
+                Some(name.to_owned())
+            }
+            (PluginType::Csi, "") => None,
+            (PluginType::Csi, name) => {
+                tracing::warn!(
+                    driverName = name,
+                    "Flag --driver-name is ignored for CSIPlugin: the driver's name comes from its GetPluginInfo"
+                );
+                None
+            }
+        };
+        let supported_versions = match flags.supported_versions.trim() {
+            "" => None,
+            given => {
+                let versions: Vec<String> = given.split(',').map(|v| v.trim().to_owned()).collect();
+                plugin_type.check_versions(&versions).map_err(|err| {
+                    FlagsError::SupportedVersions {
+                        given: given.to_owned(),
+                        err,
+                    }
+                })?;
+                Some(versions)
+            }
+        };
+        let pod_uid = match (plugin_type, flags.pod_uid.as_str()) {
+            (_, "") => None,
+            (PluginType::Csi, _) => return Err(FlagsError::PodUidForCsi),
+            (PluginType::Dra, uid) if is_uid(uid) => Some(uid.to_owned()),
+            (PluginType::Dra, uid) => return Err(FlagsError::PodUid(uid.to_owned())),
+        };
         let http_endpoint = if flags.health_port > 0 {
             Some(format!(":{}", flags.health_port))
         } else if flags.http_endpoint.is_empty() {
@@ -131,6 +217,26 @@ impl Config {
             node_name,
             policy_config: (!flags.policy_config.is_empty())
                 .then(|| PathBuf::from(&flags.policy_config)),
+            plugin_type,
+            driver_name,
+            supported_versions,
+            pod_uid,
+            notify_timeout: (!flags.notify_timeout.is_zero()).then_some(flags.notify_timeout),
         })))
     }
+}
+
+/// `--notify-timeout`'s default: longer than the kubelet's CSI handler may
+/// spend in RegisterPlugin (its NodeGetInfo alone may take `csiTimeout`, 2
+/// minutes, before the Node and CSINode updates).
+pub(crate) const DEFAULT_NOTIFY_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// A Kubernetes object UID as the API server writes it: a UUID in its
+/// 8-4-4-4-12 hexadecimal form.
+fn is_uid(text: &str) -> bool {
+    text.len() == 36
+        && text.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
 }

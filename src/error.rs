@@ -41,7 +41,10 @@ impl AppError {
             AppError::Flags(FlagsError::MissingRegistrationPath) => {
                 tracing::error!("{}", m::REGISTRATION_PATH_REQUIRED);
             }
-            AppError::Flags(FlagsError::HealthPortAndEndpoint) => tracing::error!("{self}"),
+            AppError::Flags(FlagsError::CsiAddress(_)) => {
+                tracing::error!(error = %self, "Registrar stopped with an error");
+            }
+            AppError::Flags(_) => tracing::error!("{self}"),
             AppError::Csi(CsiError::ConnectTimeout { .. }) => {
                 tracing::error!(error = %self, "{}", m::ERROR_CONNECTING);
             }

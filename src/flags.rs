@@ -122,6 +122,35 @@ pub struct Flags {
     #[arg(long = "driver-probe-interval", default_value = "10s", value_parser = parse_go_duration)]
     pub driver_probe_interval: Duration,
 
+    /// The kubelet plugin type registered: CSIPlugin (a CSI driver, asked its name over
+    /// --csi-address) or DRAPlugin (a Dynamic Resource Allocation driver, named by
+    /// --driver-name; --kubelet-registration-path is its dra.sock on the host).
+    #[arg(long = "plugin-type", default_value = "CSIPlugin", value_parser = ["CSIPlugin", "DRAPlugin"])]
+    pub plugin_type: String,
+
+    /// The driver's name, for --plugin-type=DRAPlugin (DRA drivers have no CSI Identity
+    /// service to ask). Not used for CSIPlugin.
+    #[arg(long = "driver-name", default_value = "")]
+    pub driver_name: String,
+
+    /// Comma-separated supported_versions to advertise before any versions plugin. Empty:
+    /// "1.0.0" for CSIPlugin, "v1.DRAPlugin,v1beta1.DRAPlugin" for DRAPlugin.
+    #[arg(long = "supported-versions", default_value = "")]
+    pub supported_versions: String,
+
+    /// The pod's UID (downward API: metadata.uid; the POD_UID environment variable is
+    /// read when the flag is empty). DRAPlugin only: the registration socket is then
+    /// named per pod, as k8s.io/dynamic-resource-allocation's RollingUpdateRegistrarSocketFile
+    /// does, so that two pods of a driver can be registered side by side (kubelet 1.33+).
+    #[arg(long = "pod-uid", default_value = "")]
+    pub pod_uid: String,
+
+    /// How long after the kubelet's GetInfo its NotifyRegistrationStatus may take (Go
+    /// duration; 0: wait forever). Past it, the registration socket is created again so
+    /// that the kubelet registers anew, with the bound doubling on each repeat.
+    #[arg(long = "notify-timeout", default_value = "5m", value_parser = parse_go_duration)]
+    pub notify_timeout: Duration,
+
     /// Arguments after the flags. Go's flag package stops at the first one and the
     /// upstream registrar ignores them; they are logged and ignored here too.
     #[arg(hide = true)]

@@ -13,6 +13,7 @@ use axum::routing::get;
 use crate::messages;
 use crate::metrics::Metrics;
 use crate::proto::registration::{InfoRequest, registration_client::RegistrationClient};
+use crate::registration::SELF_PROBE;
 use crate::state::{Phase, StateReader};
 
 /// The HTTP server could not start.
@@ -107,8 +108,13 @@ async fn healthz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
                 path.display()
             )
         })?;
+        let mut request = tonic::Request::new(InfoRequest {});
+        request.metadata_mut().insert(
+            SELF_PROBE,
+            tonic::metadata::MetadataValue::from_static("healthz"),
+        );
         let info = RegistrationClient::new(channel)
-            .get_info(InfoRequest {})
+            .get_info(request)
             .await
             .map_err(|e| format!("failed to call GetInfo on registration socket: {e}"))?
             .into_inner();
@@ -155,6 +161,13 @@ async fn readyz(AxumState(s): AxumState<Shared>) -> (StatusCode, String) {
         Phase::DriverUnreachable(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("the CSI driver does not answer: {e}"),
+        ),
+        Phase::NotifyMissed(missed) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "waiting for the kubelet to register the plugin: it asked for the plugin's info but sent no NotifyRegistrationStatus within {:?} ({} in a row); the registration socket was created again so that it registers anew",
+                missed.waited, missed.times
+            ),
         ),
     }
 }

@@ -47,6 +47,7 @@ mod health;
 mod logging;
 mod messages;
 mod metrics;
+mod plugin_type;
 mod policy;
 mod process;
 mod proto;
@@ -67,6 +68,7 @@ pub use csi::CsiError;
 pub use error::AppError;
 pub use flags::{Flags, VERSION};
 pub use health::HttpError;
+pub use plugin_type::PluginType;
 #[cfg(feature = "wasm")]
 pub use policy::PluginLoadError;
 pub use policy::{LoadError, PolicyError, PolicyFileError};

@@ -46,6 +46,7 @@ pub struct Metrics {
     get_info: Counter,
     socket_creations: Family<ReasonLabels, Counter>,
     driver_reconnects: Counter,
+    notify_timeouts: Counter,
     policy_reloads: Family<OutcomeLabels, Counter>,
     plugin_calls: Family<CallLabels, Counter>,
     plugin_call_seconds: Family<HookLabels, Histogram>,
@@ -82,7 +83,7 @@ impl Metrics {
         let socket_creations = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "registration_socket_creations",
-            "Registration sockets created, by reason (startup, retry, deleted, driver-changed, policy-reloaded)",
+            "Registration sockets created, by reason (startup, retry, deleted, replaced, driver-changed, policy-reloaded, notify-timeout)",
             socket_creations.clone(),
         );
         let driver_reconnects = Counter::default();
@@ -90,6 +91,12 @@ impl Metrics {
             "driver_reconnects",
             "Times the CSI driver came back after being unreachable",
             driver_reconnects.clone(),
+        );
+        let notify_timeouts = Counter::default();
+        registry.register(
+            "notify_timeouts",
+            "Times the kubelet's GetInfo was not followed by NotifyRegistrationStatus within --notify-timeout (the socket is then created again)",
+            notify_timeouts.clone(),
         );
         let policy_reloads = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -118,6 +125,7 @@ impl Metrics {
             get_info,
             socket_creations,
             driver_reconnects,
+            notify_timeouts,
             policy_reloads,
             plugin_calls,
             plugin_call_seconds,
@@ -155,6 +163,11 @@ impl Metrics {
     /// Counts the driver coming back.
     pub fn driver_reconnected(&self) {
         self.driver_reconnects.inc();
+    }
+
+    /// Counts a GetInfo left without a NotifyRegistrationStatus.
+    pub fn notify_timed_out(&self) {
+        self.notify_timeouts.inc();
     }
 
     /// Counts a reload, by outcome.

@@ -60,6 +60,12 @@ pub fn main(args: Vec<String>) -> ExitCode {
     #[cfg(feature = "wasm")]
     crate::policy::wasm::compile_in_child_processes();
     let node_name = std::env::var("KUBE_NODE_NAME").unwrap_or_default();
+    // The downward API's pod UID, for DRA rolling updates; a CSI driver's pod
+    // may well have POD_UID set for other reasons, so only DRA reads it.
+    let mut flags = flags;
+    if flags.pod_uid.is_empty() && flags.plugin_type == "DRAPlugin" {
+        flags.pod_uid = std::env::var("POD_UID").unwrap_or_default();
+    }
     let config = match Config::from_flags(&flags, node_name) {
         Ok(Start::Run(config)) => *config,
         Ok(Start::ExitOk) => return ExitCode::SUCCESS,

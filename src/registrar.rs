@@ -21,6 +21,7 @@
 //!   each attempt keeps doing so across these events.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -30,7 +31,7 @@ use crate::config::Config;
 use crate::csi::{self, CsiError, Driver, DriverWatch, PluginInfo, Refreshed};
 use crate::error::AppError;
 use crate::policy::{self, Context, Failure, FailureAction, Policy, Registration};
-use crate::registration::{Listened, Slot, Verdict};
+use crate::registration::{KubeletCall, Listened, Slot, Verdict};
 use crate::state::State;
 use crate::validate;
 
@@ -40,8 +41,8 @@ pub(crate) struct Registrar {
     state: Arc<State>,
     policy: Arc<dyn Policy>,
     ctx: Context,
-    /// The CSI driver.
-    driver: Driver,
+    /// The CSI driver (`None` for a DRA driver: nothing to ask or watch).
+    driver: Option<Driver>,
     /// When to look at the driver again (`None`: never, `--driver-probe-interval=0`).
     watch: Option<DriverWatch>,
     slot: Slot,
@@ -49,6 +50,11 @@ pub(crate) struct Registrar {
     streak: Option<(u32, Instant)>,
     /// When the socket closed for a retry is created again.
     retry_at: Option<Instant>,
+    /// When the verdict on the registration the kubelet started (its GetInfo)
+    /// is overdue (`None`: none pending, or `--notify-timeout=0`).
+    notify_due: Option<Instant>,
+    /// Verdicts missed in a row: each doubles the next wait.
+    notify_missed: u32,
 }
 
 impl Registrar {
@@ -59,11 +65,12 @@ impl Registrar {
         state: Arc<State>,
         policy: Arc<dyn Policy>,
         ctx: Context,
-        driver: Driver,
+        driver: Option<Driver>,
         slot: Slot,
     ) -> Self {
         let watch = config
             .probe_interval
+            .filter(|_| driver.is_some())
             .map(|every| DriverWatch::new(&config.csi_socket, every));
         Registrar {
             config,
@@ -75,6 +82,8 @@ impl Registrar {
             slot,
             streak: None,
             retry_at: None,
+            notify_due: None,
+            notify_missed: 0,
         }
     }
 
@@ -83,7 +92,7 @@ impl Registrar {
     pub(crate) async fn run(
         mut self,
         registration: &Registration,
-        mut verdicts: mpsc::UnboundedReceiver<Verdict>,
+        mut calls: mpsc::UnboundedReceiver<KubeletCall>,
         mut reloads: impl Stream<Item = ()> + Unpin,
     ) -> Result<u8, AppError> {
         self.listen(registration, "startup")?;
@@ -94,14 +103,18 @@ impl Registrar {
         // Every arm returns at once: no event waits for another to finish.
         let code = loop {
             tokio::select! {
-                Some(verdict) = verdicts.recv() => {
-                    if let Some(code) = self.on_verdict(verdict).await? {
-                        break code;
+                Some(call) = calls.recv() => match call {
+                    KubeletCall::Info => self.on_get_info(),
+                    KubeletCall::Verdict(verdict) => {
+                        if let Some(code) = self.on_verdict(verdict).await? {
+                            break code;
+                        }
                     }
-                }
-                () = retry_due(self.retry_at) => self.on_retry_due()?,
+                },
+                () = due(self.retry_at) => self.on_retry_due()?,
+                () = due(self.notify_due) => self.on_notify_missed()?,
                 () = self.slot.changed() => self.on_registry_event()?,
-                () = driver_event(&self.driver, &mut self.watch) => self.on_driver_event().await?,
+                () = driver_event(self.driver.as_ref(), &mut self.watch) => self.on_driver_event().await?,
                 Some(()) = reloads.next() => self.on_reload().await?,
             }
         };
@@ -122,6 +135,8 @@ impl Registrar {
     /// Serves `registration` (ending any back-off) and records the outcome.
     fn listen(&mut self, registration: &Registration, reason: &str) -> Result<(), AppError> {
         self.retry_at = None;
+        // A new socket: the kubelet starts a new registration on it.
+        self.notify_due = None;
         match self.slot.listen(&registration.name, reason)? {
             Listened::Serving(socket) => self.state.serving(registration, socket, reason),
             Listened::StandingBy(socket) => self.state.standing_by(registration, socket),
@@ -135,8 +150,51 @@ impl Registrar {
         self.listen(&current, "retry")
     }
 
+    /// How long the kubelet's verdict is waited for after its GetInfo: the
+    /// `--notify-timeout`, doubled for each verdict missed in a row (up to 8 times).
+    fn notify_wait(&self) -> Option<Duration> {
+        let doubling = 1u32 << self.notify_missed.min(3);
+        self.config
+            .notify_timeout
+            .map(|t| t.saturating_mul(doubling))
+    }
+
+    /// The kubelet asked for the plugin's info: its verdict is now due. A
+    /// GetInfo that repeats (a kubelet retrying) does not move the deadline.
+    fn on_get_info(&mut self) {
+        if self.notify_due.is_none()
+            && let Some(wait) = self.notify_wait()
+        {
+            self.notify_due = Some(Instant::now() + wait);
+        }
+    }
+
+    /// The kubelet started a registration and never gave its verdict (it
+    /// was lost, kubernetes#138170): create the socket again, so that the
+    /// kubelet, old or new, registers the plugin anew.
+    fn on_notify_missed(&mut self) -> Result<(), AppError> {
+        let waited = self.notify_wait().unwrap_or_default();
+        self.notify_due = None;
+        self.notify_missed += 1;
+        self.state.notify_missed(self.notify_missed, waited);
+        if !self.state.get().serving {
+            // Standing by for a newer instance, or backing off: no socket of ours to renew.
+            return Ok(());
+        }
+        tracing::warn!(
+            waited = ?waited,
+            times = self.notify_missed,
+            next_wait = ?self.notify_wait().unwrap_or_default(),
+            "The kubelet asked for the plugin's info but sent no NotifyRegistrationStatus; creating the registration socket again so that it registers anew"
+        );
+        let current = self.current();
+        self.listen(&current, "notify-timeout")
+    }
+
     /// The kubelet's verdict. `Some(code)`: the policy decided to exit.
     async fn on_verdict(&mut self, verdict: Verdict) -> Result<Option<u8>, AppError> {
+        self.notify_due = None;
+        self.notify_missed = 0;
         let Verdict { registered, error } = verdict;
         self.state.verdict(registered, &error);
         if registered {
@@ -202,9 +260,12 @@ impl Registrar {
     /// connection if needed, proves it alive and tells whether it changed.
     async fn on_driver_event(&mut self) -> Result<(), AppError> {
         let timeout = self.config.timeout;
+        let Some(driver) = &mut self.driver else {
+            return Ok(());
+        };
         let answer = tokio::time::timeout(timeout, async {
-            let refreshed = self.driver.refresh().await.map_err(CsiError::Dial)?;
-            Ok((self.driver.plugin_info(timeout).await?, refreshed))
+            let refreshed = driver.refresh().await.map_err(CsiError::Dial)?;
+            Ok((driver.plugin_info(timeout).await?, refreshed))
         })
         .await
         .unwrap_or(Err(CsiError::Timeout(timeout)));
@@ -271,8 +332,8 @@ impl Registrar {
     }
 }
 
-/// Resolves when a retry back-off ends; never while none runs. Cancel-safe.
-async fn retry_due(at: Option<Instant>) {
+/// Resolves at `at`; never without one. Cancel-safe.
+async fn due(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -280,10 +341,10 @@ async fn retry_due(at: Option<Instant>) {
 }
 
 /// Resolves when the driver should be looked at (never without a watch).
-async fn driver_event(driver: &Driver, watch: &mut Option<DriverWatch>) {
-    match watch {
-        Some(watch) => watch.changed(driver.closed()).await,
-        None => std::future::pending().await,
+async fn driver_event(driver: Option<&Driver>, watch: &mut Option<DriverWatch>) {
+    match (driver, watch) {
+        (Some(driver), Some(watch)) => watch.changed(driver.closed()).await,
+        _ => std::future::pending().await,
     }
 }
 
@@ -320,6 +381,8 @@ pub(crate) fn context(config: &Config, info: &PluginInfo) -> Context {
         csi_address: config.csi_address.clone(),
         kubelet_registration_path: config.kubelet_registration_path.clone(),
         plugin_registration_path: config.plugin_registration_path.display().to_string(),
+        plugin_type: config.plugin_type,
+        supported_versions: config.supported_versions.clone(),
     }
 }
 

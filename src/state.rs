@@ -54,6 +54,18 @@ pub enum Phase {
     Rejected(String),
     /// The driver stopped answering after it was registered.
     DriverUnreachable(String),
+    /// The kubelet asked for the plugin's info and then gave no verdict within
+    /// `--notify-timeout`; the socket was created again so that it registers anew.
+    NotifyMissed(NotifyMissed),
+}
+
+/// GetInfo calls the kubelet did not follow with a `NotifyRegistrationStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotifyMissed {
+    /// How many in a row, since the last verdict.
+    pub times: u32,
+    /// How long the last one was waited for.
+    pub waited: Duration,
 }
 
 /// One reading of the state.
@@ -74,6 +86,8 @@ pub struct Snapshot {
     pub retry_in: Option<Duration>,
     /// Policy reloads handled so far, whether they took or not.
     pub reloads: u64,
+    /// Set while the kubelet's verdicts are missing (cleared by the next one).
+    pub notify_missed: Option<NotifyMissed>,
 }
 
 impl Snapshot {
@@ -84,7 +98,10 @@ impl Snapshot {
         }
         match &self.kubelet {
             Kubelet::WaitingForDriver => Phase::WaitingForDriver,
-            Kubelet::Waiting => Phase::WaitingForKubelet,
+            Kubelet::Waiting => match self.notify_missed {
+                Some(missed) => Phase::NotifyMissed(missed),
+                None => Phase::WaitingForKubelet,
+            },
             Kubelet::Registered => Phase::Registered,
             Kubelet::Refused(e) => Phase::Rejected(e.clone()),
         }
@@ -165,7 +182,16 @@ impl State {
             } else {
                 Kubelet::Refused(error.to_owned())
             };
+            s.notify_missed = None;
         });
+    }
+
+    /// The kubelet's verdict did not come within `waited` of its GetInfo, for
+    /// the `times`th time in a row.
+    pub(crate) fn notify_missed(&self, times: u32, waited: Duration) {
+        self.metrics.notify_timed_out();
+        self.tx
+            .send_modify(|s| s.notify_missed = Some(NotifyMissed { times, waited }));
     }
 
     /// The socket was removed for a retry, to be created again after `delay`.

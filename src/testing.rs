@@ -28,7 +28,7 @@ pub use crate::policy::{OciReference, OciSource, PluginSource, RegistryOptions};
 pub mod proto {
     pub use crate::proto::*;
 }
-pub use crate::registration::{RegistrationService, Verdict, socket_path};
+pub use crate::registration::{KubeletCall, RegistrationService, Verdict, socket_path};
 pub use crate::state::{Kubelet, Phase, Published, Snapshot, State, StateReader};
 pub use crate::tools::standins::{
     Attempt, DriverCall, DriverSpec, FakeDriver, FakeKubelet, KubeletBehaviour, wait_until,

@@ -201,9 +201,21 @@ pub enum VersionsError {
     Empty,
     /// None is a 1.x version.
     #[error(
-        "none of the supported versions {} is a 1.x version the kubelet can parse (it reads \"<major>.<minor>[.<patch>]\" and needs major 1)", shown(&format!("{:?}", .0))
+        "none of the supported versions {} is a 1.x version the kubelet can parse (it reads \"<major>.<minor>[.<patch>]\" and needs major 1){}", shown(&format!("{:?}", .0)), dra_hint(.0)
     )]
     NoV1(Vec<String>),
+    /// A DRA driver's list is empty.
+    #[error(
+        "supported versions are empty; the kubelet needs a DRA gRPC service name ({})",
+        DRA_SERVICES.join(" or ")
+    )]
+    EmptyDra,
+    /// None is a DRA service the kubelet can use.
+    #[error(
+        "none of the supported versions {} is a DRA gRPC service the kubelet can use ({}){}",
+        shown(&format!("{:?}", .0)), DRA_SERVICES.join(" or "), csi_hint(.0)
+    )]
+    NoDraService(Vec<String>),
     /// Too many, or too long.
     #[error(
         "{count} supported versions, the longest {longest} bytes: at most {MAX_VERSIONS} of at most {MAX_VERSION_LEN} bytes each can be advertised"
@@ -216,9 +228,53 @@ pub enum VersionsError {
     },
 }
 
-/// What may be advertised: [`highest_supported_version`]'s rule, within
-/// [`MAX_VERSIONS`] entries of at most [`MAX_VERSION_LEN`] bytes.
-pub fn supported_versions(versions: &[String]) -> Result<KubeletVersion, VersionsError> {
+/// The DRA gRPC services the kubelet can use for NodePrepareResources, most
+/// recent first (`servicesSupportedByKubelet`, pkg/kubelet/cm/dra/plugin/dra_plugin.go,
+/// Kubernetes 1.37).
+pub const DRA_SERVICES: &[&str] = &["v1.DRAPlugin", "v1beta1.DRAPlugin"];
+
+/// The optional health services the kubelet also looks for in the same list
+/// (`healthServicesSupportedByKubelet`, same file).
+pub const DRA_HEALTH_SERVICES: &[&str] = &["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"];
+
+/// For a CSI list that holds DRA service names: the fix.
+fn dra_hint(versions: &[String]) -> &'static str {
+    let dra = |v: &String| {
+        DRA_SERVICES.contains(&v.as_str()) || DRA_HEALTH_SERVICES.contains(&v.as_str())
+    };
+    if versions.iter().any(dra) {
+        "; these are DRA gRPC service names: a DRA driver is registered with --plugin-type=DRAPlugin"
+    } else {
+        ""
+    }
+}
+
+/// For a DRA list that holds semantic versions: the fix.
+fn csi_hint(versions: &[String]) -> &'static str {
+    if versions.iter().any(|v| KubeletVersion::parse(v).is_some()) {
+        "; semantic versions such as \"1.0.0\" are for CSI drivers: a DRA driver advertises the services it serves, e.g. \"v1.DRAPlugin\""
+    } else {
+        ""
+    }
+}
+
+/// What a DRA driver may advertise: the kubelet's `validateSupportedServices`
+/// (dra_plugin_manager.go) takes the first entry it knows, and refuses a list
+/// with none; within the same bounds as CSI versions. Returns the service the
+/// kubelet will use.
+pub fn dra_services(versions: &[String]) -> Result<&str, VersionsError> {
+    within_bounds(versions)?;
+    if versions.is_empty() {
+        return Err(VersionsError::EmptyDra);
+    }
+    versions
+        .iter()
+        .find(|v| DRA_SERVICES.contains(&v.as_str()))
+        .map(String::as_str)
+        .ok_or_else(|| VersionsError::NoDraService(versions.to_vec()))
+}
+
+fn within_bounds(versions: &[String]) -> Result<(), VersionsError> {
     let longest = versions.iter().map(String::len).max().unwrap_or(0);
     if versions.len() > MAX_VERSIONS || longest > MAX_VERSION_LEN {
         return Err(VersionsError::TooMany {
@@ -226,6 +282,13 @@ pub fn supported_versions(versions: &[String]) -> Result<KubeletVersion, Version
             longest,
         });
     }
+    Ok(())
+}
+
+/// What may be advertised: [`highest_supported_version`]'s rule, within
+/// [`MAX_VERSIONS`] entries of at most [`MAX_VERSION_LEN`] bytes.
+pub fn supported_versions(versions: &[String]) -> Result<KubeletVersion, VersionsError> {
+    within_bounds(versions)?;
     highest_supported_version(versions)
 }
 

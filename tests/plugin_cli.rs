@@ -171,6 +171,7 @@ fn plugin_run_and_the_registrar_agree_on_every_hook() {
         csi_address: "/csi/csi.sock".into(),
         kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath.csi.k8s.io/csi.sock".into(),
         plugin_registration_path: "/registration".into(),
+        ..Context::default()
     };
     for hook in ["driver-name", "versions", "endpoint", "failure"] {
         for action in ["invalid", "trap", "error", "sleep", "echo"] {

@@ -316,6 +316,7 @@ fn the_default_policy_component_agrees_with_the_built_in_one() {
             csi_address: "/csi/csi.sock".into(),
             kubelet_registration_path: "/var/lib/k0s/kubelet/plugins/a/csi.sock".into(),
             plugin_registration_path: "/var/lib/kubelet/plugins_registry".into(),
+            ..ctx()
         },
         Context {
             driver_name: "x".repeat(63),

@@ -235,6 +235,16 @@ pub(crate) struct PluginInfo {
     pub vendor_version: String,
 }
 
+impl PluginInfo {
+    /// A driver known by name only (a DRA driver, named by `--driver-name`).
+    pub(crate) fn named(name: &str) -> Self {
+        PluginInfo {
+            name: name.to_owned(),
+            vendor_version: String::new(),
+        }
+    }
+}
+
 /// `Identity/GetPluginInfo` under `timeout`.
 async fn get_plugin_info(channel: &Channel, timeout: Duration) -> Result<PluginInfo, CsiError> {
     let mut client = IdentityClient::new(channel.clone());

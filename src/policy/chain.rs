@@ -225,11 +225,7 @@ impl Chain {
                     p,
                     Hook::Versions,
                     || p.supported_versions(ctx, &current).map(Some),
-                    |v| {
-                        validate::supported_versions(v)
-                            .map(drop)
-                            .map_err(|e| e.to_string())
-                    },
+                    |v| ctx.plugin_type.check_versions(v).map_err(|e| e.to_string()),
                 )? {
                     tracing::info!(plugin = p.id(), ?versions, "supported versions chosen");
                     reg.supported_versions = versions;

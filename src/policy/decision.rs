@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::plugin_type::PluginType;
+
 /// The default `supported_versions` (upstream's `supportedVersions`).
 pub(crate) const DEFAULT_SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
 
@@ -25,6 +27,10 @@ pub struct Context {
     pub kubelet_registration_path: String,
     /// `--plugin-registration-path`.
     pub plugin_registration_path: String,
+    /// `--plugin-type`: what the kubelet is told the plugin is.
+    pub plugin_type: PluginType,
+    /// `--supported-versions`; `None`: the plugin type's default.
+    pub supported_versions: Option<Vec<String>>,
 }
 
 /// What `GetInfo` answers (besides the fixed type `CSIPlugin`).
@@ -40,15 +46,16 @@ pub struct Registration {
 
 impl Registration {
     /// Upstream's answer: the driver's own name, `--kubelet-registration-path`
-    /// verbatim and `["1.0.0"]`.
+    /// verbatim and `["1.0.0"]` (or `--supported-versions`, or a DRA driver's
+    /// default services).
     pub fn upstream(ctx: &Context) -> Self {
         Registration {
             name: ctx.driver_name.clone(),
             endpoint: ctx.kubelet_registration_path.clone(),
-            supported_versions: DEFAULT_SUPPORTED_VERSIONS
-                .iter()
-                .map(|v| v.to_string())
-                .collect(),
+            supported_versions: ctx
+                .supported_versions
+                .clone()
+                .unwrap_or_else(|| ctx.plugin_type.default_versions()),
         }
     }
 }

@@ -15,8 +15,8 @@ mod service;
 mod slot;
 mod socket;
 
-pub(crate) use service::CSI_PLUGIN_TYPE;
-pub use service::{RegistrationService, Verdict};
+pub(crate) use service::{CSI_PLUGIN_TYPE, SELF_PROBE};
+pub use service::{KubeletCall, RegistrationService, Verdict};
 pub(crate) use slot::{AbortOnDrop, Listened, Slot};
 pub(crate) use socket::remove_live_sockets;
 pub use socket::{SocketError, socket_path};

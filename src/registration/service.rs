@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::messages;
 use crate::metrics::Metrics;
+use crate::plugin_type::PluginType;
 use crate::proto::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
     registration_server::Registration as RegistrationApi,
@@ -19,6 +20,20 @@ use crate::state::StateReader;
 
 /// The plugin type the kubelet routes to its CSI handler.
 pub(crate) const CSI_PLUGIN_TYPE: &str = "CSIPlugin";
+
+/// Metadata our own `/healthz` sends with its GetInfo, so that it is not taken
+/// for the kubelet's (which starts the wait for a NotifyRegistrationStatus).
+pub(crate) const SELF_PROBE: &str = "x-csi-registrar-self-probe";
+
+/// What the kubelet did on the registration socket, for the registrar's loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeletCall {
+    /// It asked for the plugin's info: a registration has started, and its
+    /// `NotifyRegistrationStatus` is due.
+    Info,
+    /// It gave its verdict.
+    Verdict(Verdict),
+}
 
 /// The kubelet's answer to one registration attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,31 +48,43 @@ pub struct Verdict {
 #[derive(Clone)]
 pub struct RegistrationService {
     state: StateReader,
-    verdicts: mpsc::UnboundedSender<Verdict>,
+    calls: mpsc::UnboundedSender<KubeletCall>,
     metrics: Arc<Metrics>,
+    plugin_type: PluginType,
 }
 
 impl RegistrationService {
-    /// Answers `GetInfo` from `state`; verdicts go to `verdicts`.
+    /// Answers `GetInfo` from `state` for a CSI driver; the kubelet's calls
+    /// are reported on `calls`.
     pub fn new(
         state: StateReader,
-        verdicts: mpsc::UnboundedSender<Verdict>,
+        calls: mpsc::UnboundedSender<KubeletCall>,
         metrics: Arc<Metrics>,
     ) -> Self {
         RegistrationService {
             state,
-            verdicts,
+            calls,
             metrics,
+            plugin_type: PluginType::Csi,
         }
+    }
+
+    /// The same, answering `GetInfo` with `plugin_type`.
+    pub fn of_type(mut self, plugin_type: PluginType) -> Self {
+        self.plugin_type = plugin_type;
+        self
     }
 }
 
 #[tonic::async_trait]
 impl RegistrationApi for RegistrationService {
-    async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
+    async fn get_info(
+        &self,
+        request: Request<InfoRequest>,
+    ) -> Result<Response<PluginInfo>, Status> {
         self.metrics.get_info();
         let info = self.state.borrow().registration().map(|r| PluginInfo {
-            r#type: CSI_PLUGIN_TYPE.to_owned(),
+            r#type: self.plugin_type.as_str().to_owned(),
             name: r.name.clone(),
             endpoint: r.endpoint.clone(),
             supported_versions: r.supported_versions.clone(),
@@ -71,6 +98,9 @@ impl RegistrationApi for RegistrationService {
             "{}",
             messages::RECEIVED_GET_INFO
         );
+        if !request.metadata().contains_key(SELF_PROBE) {
+            let _ = self.calls.send(KubeletCall::Info);
+        }
         Ok(Response::new(info))
     }
 
@@ -90,10 +120,10 @@ impl RegistrationApi for RegistrationService {
             tracing::error!(error = %status.error, "{}", messages::REGISTRATION_FAILED);
         }
         // The receiver lives as long as the server; if it is gone we are shutting down.
-        let _ = self.verdicts.send(Verdict {
+        let _ = self.calls.send(KubeletCall::Verdict(Verdict {
             registered: status.plugin_registered,
             error: status.error,
-        });
+        }));
         Ok(Response::new(RegistrationStatusResponse {}))
     }
 }

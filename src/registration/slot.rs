@@ -10,7 +10,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::authority::AuthorityFix;
-use super::socket::{Bound, Generation, RegistrationSocket, SocketError, SocketState, socket_path};
+use super::socket::{
+    Bound, Generation, RegistrationSocket, SocketError, SocketState, rolling_update_socket_path,
+    socket_path,
+};
 use crate::dir_watch::{self, DirEvent, DirWatch};
 use crate::messages;
 
@@ -45,11 +48,18 @@ pub(crate) struct Slot {
     /// Mounts and unmounts: a directory mounted over is the one change its
     /// inotify watch does not report.
     mounts: Option<MountChanges>,
+    /// `--pod-uid`: the socket is named per pod (DRA rolling updates).
+    pod_uid: Option<String>,
 }
 
 impl Slot {
-    /// Watches `dir`; accepted connections go to `conns`.
-    pub(crate) fn new(dir: PathBuf, conns: mpsc::Sender<std::io::Result<KubeletConn>>) -> Self {
+    /// Watches `dir`; accepted connections go to `conns`. With `pod_uid`, the
+    /// socket is named per pod (see [`rolling_update_socket_path`]).
+    pub(crate) fn new(
+        dir: PathBuf,
+        pod_uid: Option<String>,
+        conns: mpsc::Sender<std::io::Result<KubeletConn>>,
+    ) -> Self {
         // Deletions are noticed by inotify at once and without waking up
         // while idle; polling is the mechanism only without inotify.
         let events = watch_registry(&dir);
@@ -63,6 +73,15 @@ impl Slot {
             events,
             reconcile,
             mounts: MountChanges::open(),
+            pod_uid,
+        }
+    }
+
+    /// Where the socket of the driver `name` goes.
+    fn path(&self, name: &str) -> PathBuf {
+        match &self.pod_uid {
+            Some(uid) => rolling_update_socket_path(&self.dir, name, uid),
+            None => socket_path(&self.dir, name),
         }
     }
 
@@ -72,7 +91,7 @@ impl Slot {
     /// same path it was swapped out atomically, under another name it is
     /// removed then.
     pub(crate) fn listen(&mut self, name: &str, reason: &str) -> Result<Listened, SocketError> {
-        let path = socket_path(&self.dir, name);
+        let path = self.path(name);
         tracing::info!(socketPath = %path.display(), reason, "{}", messages::STARTING_REGISTRATION_SERVER);
         let previous = self.current.as_ref().map(|l| &l.socket);
         let Some(listening) =

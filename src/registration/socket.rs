@@ -164,6 +164,35 @@ pub fn socket_path(dir: &Path, driver_name: &str) -> PathBuf {
     dir.join(format!("{driver_name}-reg.sock"))
 }
 
+/// The longest socket path `RollingUpdateRegistrarSocketFile` lets through.
+const ROLLING_UPDATE_PATH_MAX: usize = 108;
+
+/// The registration socket of one pod of a DRA driver, named as
+/// `kubeletplugin.RollingUpdateRegistrarSocketFile` names it
+/// (k8s.io/dynamic-resource-allocation v0.37.2, draplugin.go), so that a
+/// driver's pods registered by us or by the Go helper look alike: the first of
+/// `<name>-<uid>-reg.sock`, `<name>-<base64url(sha256(uid))[..8]>-reg.sock` and
+/// `dra-<base64url(sha256(name NUL uid))[..16]>-reg.sock` whose whole path is at
+/// most 108 bytes (the last one otherwise).
+pub(crate) fn rolling_update_socket_path(dir: &Path, driver_name: &str, pod_uid: &str) -> PathBuf {
+    use base64::Engine as _;
+    use sha2::{Digest, Sha256};
+    let encode = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let uid_hash = Sha256::digest(pod_uid.as_bytes());
+    let driver_uid_hash = Sha256::digest(format!("{driver_name}\0{pod_uid}").as_bytes());
+    let candidates = [
+        format!("{driver_name}-{pod_uid}-reg.sock"),
+        format!("{driver_name}-{}-reg.sock", encode(&uid_hash[..8])),
+        format!("dra-{}-reg.sock", encode(&driver_uid_hash[..16])),
+    ];
+    // Go's path.Join cleans the directory ("//" and "." go); `components` does the same.
+    let dir: PathBuf = dir.components().collect();
+    let fits = |name: &String| dir.join(name).as_os_str().len() <= ROLLING_UPDATE_PATH_MAX;
+    let [first, second, last] = candidates;
+    let chosen = [first, second].into_iter().find(fits).unwrap_or(last);
+    dir.join(chosen)
+}
+
 /// A bound registration socket. Dropping it removes the file if it is still
 /// the one this process created.
 #[derive(Debug)]
@@ -416,6 +445,11 @@ fn take_over(
                 exchange()?; // a newer instance's: give it back
                 return Ok(false);
             }
+            Occupant::Socket(meta) if mine == Some((meta.dev(), meta.ino())) => {
+                tracing::debug!(socketPath = %path.display(), "Replaced our own socket with a new one");
+                let _ = std::fs::remove_file(temp);
+                return Ok(true);
+            }
             Occupant::Socket(_) | Occupant::Nothing => {
                 tracing::info!(socketPath = %path.display(), "Replaced the socket of a previous instance or a stale socket");
                 let _ = std::fs::remove_file(temp);
@@ -445,6 +479,37 @@ fn plain_rename(temp: &Path, path: &Path) -> Result<(), SocketError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names k8s.io/dynamic-resource-allocation v0.37.2's
+    /// `kubeletplugin.RollingUpdateRegistrarSocketFile` gives (printed by
+    /// running it); tests/peers/dra_test.go compares against it live.
+    #[test]
+    fn rolling_update_names_are_the_go_helpers() {
+        let uid = "0b6f8c5e-3c1d-4d5e-9f7a-1a2b3c4d5e6f";
+        let name = |dir: String| {
+            rolling_update_socket_path(Path::new(&dir), "gpu.example.com", uid)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        };
+        let full = "gpu.example.com-0b6f8c5e-3c1d-4d5e-9f7a-1a2b3c4d5e6f-reg.sock";
+        assert_eq!(name("/var/lib/kubelet/plugins_registry".into()), full);
+        assert_eq!(name(format!("/r/{}", "d".repeat(40))), full);
+        assert_eq!(
+            name(format!("/r/{}", "d".repeat(60))),
+            "gpu.example.com-ktyJeB4Ucp8-reg.sock"
+        );
+        assert_eq!(
+            name(format!("/r/{}", "d".repeat(80))),
+            "dra-5Ww-j3cteXE8uXPIbRKYng-reg.sock"
+        );
+        // Go's path.Join cleans the directory before measuring.
+        assert_eq!(
+            rolling_update_socket_path(Path::new("/r//x/./"), "d", uid),
+            Path::new("/r/x").join(format!("d-{uid}-reg.sock"))
+        );
+    }
 
     fn bind(path: &Path, generation: Generation) -> (RegistrationSocket, tokio::net::UnixListener) {
         match RegistrationSocket::bind(path.to_owned(), generation, None).unwrap() {

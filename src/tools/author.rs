@@ -123,6 +123,7 @@ pub(crate) fn example_context() -> Context {
         kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath.csi.k8s.io/csi.sock".into(),
         plugin_registration_path: "/registration".into(),
         node_name: "node-1".into(),
+        ..Context::default()
     }
 }
 

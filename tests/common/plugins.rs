@@ -72,6 +72,7 @@ pub fn ctx() -> csi_node_driver_registrar::testing::Context {
         csi_address: "unix:///csi/csi.sock".into(),
         kubelet_registration_path: "/var/lib/kubelet/plugins/hostpath/csi.sock".into(),
         plugin_registration_path: "/registration".into(),
+        ..Default::default()
     }
 }
 

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
 	"k8s.io/kubernetes/pkg/volume"
 	"k8s.io/kubernetes/pkg/volume/csi"
 )
@@ -77,6 +78,12 @@ type world struct {
 // startKubelet runs the plugin manager on a fresh registry directory with the CSI handler.
 func startKubelet(t *testing.T) *world {
 	t.Helper()
+	return startKubeletWith(t, func(h cache.PluginHandler) cache.PluginHandler { return h })
+}
+
+// startKubeletWith is startKubelet with the CSI handler wrapped by wrap.
+func startKubeletWith(t *testing.T, wrap func(cache.PluginHandler) cache.PluginHandler) *world {
+	t.Helper()
 	api := csiPlugin(t)
 	dir := shortTempDir(t)
 	w := &world{t: t, dir: dir, registry: filepath.Join(dir, "plugins_registry"), csiSock: filepath.Join(dir, "csi.sock"), api: api}
@@ -84,7 +91,7 @@ func startKubelet(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	pm := pluginmanager.NewPluginManager(w.registry, record.NewFakeRecorder(100))
-	pm.AddHandler(registerapi.CSIPlugin, csi.PluginHandler)
+	pm.AddHandler(registerapi.CSIPlugin, wrap(csi.PluginHandler))
 	stop := make(chan struct{})
 	runPluginManager(pm, stop)
 	t.Cleanup(func() { close(stop) })
