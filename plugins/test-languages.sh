@@ -6,7 +6,7 @@
 #   wasm-tools from crates.io): imports, hooks, a decision, a settings
 #   refusal, the Rust example's cases.toml (plugin test), and a whole
 #   registration through the demo with a pinned policy;
-# - versions, retry-backoff and default-policy (every hook) in Go: the Rust
+# - versions, retry-backoff, ignore-refusals and default-policy (every hook) in Go: the Rust
 #   examples' cases.toml;
 # - build-plugin's refusals of what it cannot build, and that it gives the
 #   same bytes from another checkout and cache;
@@ -27,7 +27,7 @@ passed=0
 python/pool-suffix/build.sh
 (cd javascript/pool-suffix && npm ci --silent --no-audit --no-fund && node build.mjs)
 mkdir -p target/go
-for example in pool-suffix versions retry-backoff default-policy; do
+for example in pool-suffix versions retry-backoff ignore-refusals default-policy; do
     go/build-plugin -o "target/go/${example//-/_}_go.wasm" "go/examples/$example"
 done
 
@@ -87,7 +87,7 @@ TOML
     passed=$((passed + 1))
 done
 
-for example in versions retry-backoff default-policy; do
+for example in versions retry-backoff ignore-refusals default-policy; do
     echo "--- go: $example"
     "$bin" plugin test "examples/$example/cases.toml" --plugin "$PWD/target/go/${example//-/_}_go.wasm" || fail "go: $example cases"
     passed=$((passed + 1))

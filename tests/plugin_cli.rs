@@ -302,6 +302,7 @@ fn every_examples_cases_pass() {
         "versions",
         "endpoint-template",
         "retry-backoff",
+        "ignore-refusals",
         "default-policy",
     ] {
         let cases = examples.join(example).join("cases.toml");

@@ -395,6 +395,28 @@ fn example_policies_load_and_decide() {
     assert_eq!(at(1), FailureAction::Retry(Duration::from_secs(1)));
     assert_eq!(at(3), FailureAction::Retry(Duration::from_secs(4)));
     assert_eq!(at(8), FailureAction::Exit(1));
+    // ignore-refusals: a refusal the kubelet retries is ignored; others, and
+    // the fifth in a row, get the built-in exit 1.
+    let ignore = load_example("ignore-refusals");
+    let refused = |error: &str, attempt| {
+        ignore
+            .on_failure(
+                &ctx(),
+                &Failure {
+                    error: error.into(),
+                    attempt,
+                    elapsed: Duration::ZERO,
+                },
+            )
+            .unwrap()
+    };
+    let retried = "RegisterPlugin error -- plugin registration failed with err: error adding CSI driver node info: driverNodeID must not be empty";
+    assert_eq!(refused(retried, 1), FailureAction::Ignore);
+    assert_eq!(refused(retried, 5), FailureAction::Exit(1));
+    assert_eq!(
+        refused("plugin validation failed", 1),
+        FailureAction::Exit(1)
+    );
     assert_eq!(
         load_example("default-policy")
             .registration(&ctx())
