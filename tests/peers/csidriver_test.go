@@ -12,6 +12,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -27,6 +28,9 @@ type csiDriver struct {
 	csi.UnimplementedNodeServer
 	name, version, nodeID string
 	server                *grpc.Server
+	// refusals: how many NodeGetInfo calls still answer without a node ID,
+	// which the kubelet's CSI handler refuses ("driverNodeID must not be empty").
+	refusals atomic.Int32
 }
 
 // startCSIDriver serves Identity and Node on socket until the test ends or
@@ -67,10 +71,14 @@ func (d *csiDriver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabil
 }
 
 func (d *csiDriver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	nodeID := d.nodeID
+	if d.refusals.Add(-1) >= 0 {
+		nodeID = ""
+	}
 	return &csi.NodeGetInfoResponse{
-		NodeId:             d.nodeID,
+		NodeId:             nodeID,
 		MaxVolumesPerNode:  0,
-		AccessibleTopology: &csi.Topology{Segments: map[string]string{topologyKeyNode: d.nodeID}},
+		AccessibleTopology: &csi.Topology{Segments: map[string]string{topologyKeyNode: nodeID}},
 	}, nil
 }
 

@@ -184,12 +184,12 @@ func TestALostNotificationEndsWithTheDriverRegisteredAndReady(t *testing.T) {
 		fmt.Sprintf("--http-endpoint=127.0.0.1:%d", port),
 		"--v=5",
 	}
-	if !kubeletRetriesFailedNotifications {
+	if !kubeletRetriesFailedRegistrations {
 		args = append(args, "--notify-timeout=1s")
 	}
 	reg := startRegistrar(t, args...)
 
-	if kubeletRetriesFailedNotifications {
+	if kubeletRetriesFailedRegistrations {
 		// The kubelet deregistered the driver after the failed notification
 		// and registered it again by itself: a second GetInfo, then the verdict.
 		i := reg.waitLog(0, "Received GetInfo call")

@@ -124,6 +124,19 @@ func (r *registrar) find(from int, parts []string) int {
 	return -1
 }
 
+// findAll returns the indexes of the lines that contain every one of parts.
+func (r *registrar) findAll(parts ...string) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var found []int
+	for i, line := range r.log {
+		if containsAll(line, parts) {
+			found = append(found, i)
+		}
+	}
+	return found
+}
+
 func containsAll(line string, parts []string) bool {
 	for _, p := range parts {
 		if !strings.Contains(line, p) {

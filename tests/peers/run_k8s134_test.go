@@ -15,10 +15,10 @@ func runPluginManager(pm pluginmanager.PluginManager, stop chan struct{}) {
 	go pm.Run(config.NewSourcesReady(nil), stop)
 }
 
-// kubeletRetriesFailedNotifications: before kubernetes#133335, a
-// NotifyRegistrationStatus that fails is only logged; the plugin stays
-// registered and nothing is retried until its socket changes.
-const kubeletRetriesFailedNotifications = false
+// kubeletRetriesFailedRegistrations: before kubernetes#133335, a
+// RegisterPlugin or a NotifyRegistrationStatus that fails leaves the plugin in
+// the kubelet's actual state, and nothing is retried until its socket changes.
+const kubeletRetriesFailedRegistrations = false
 
 // RegisterPlugin runs the kubelet's handler, then afterRegister if it succeeded.
 func (h hookedHandler) RegisterPlugin(name, endpoint string, versions []string, timeout *time.Duration) error {

@@ -16,10 +16,10 @@ func runPluginManager(pm pluginmanager.PluginManager, stop chan struct{}) {
 	go pm.Run(context.Background(), config.NewSourcesReady(nil), stop)
 }
 
-// kubeletRetriesFailedNotifications: since kubernetes#133335 (1.36), a
-// NotifyRegistrationStatus that fails makes the kubelet deregister the plugin
-// and register it again, with back-off.
-const kubeletRetriesFailedNotifications = true
+// kubeletRetriesFailedRegistrations: since kubernetes#133335 (1.36), a
+// RegisterPlugin or a NotifyRegistrationStatus that fails makes the kubelet
+// deregister the plugin and register it again, with back-off.
+const kubeletRetriesFailedRegistrations = true
 
 // RegisterPlugin runs the kubelet's handler, then afterRegister if it succeeded.
 func (h hookedHandler) RegisterPlugin(ctx context.Context, name, endpoint string, versions []string, timeout *time.Duration) error {
