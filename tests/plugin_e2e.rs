@@ -329,3 +329,68 @@ async fn sighup_reloads_the_policy_and_keeps_the_last_good_one() {
     assert!(kubelet_registers(&b).await);
     assert_eq!(registrar.stop().await, 0);
 }
+
+#[tokio::test]
+async fn a_versions_plugin_is_checked_as_the_kubelet_checks_the_plugin_type() {
+    let sb = Sandbox::new();
+    let policy = |versions: &str| {
+        write_policy(
+            sb.dir.path(),
+            &plugin_entry(
+                "versions",
+                &plugin("versions"),
+                &format!("[plugin.settings]\nversions = {versions}"),
+            ),
+        )
+    };
+    let dra = |policy: &std::path::Path| {
+        vec![
+            "--plugin-type=DRAPlugin".to_owned(),
+            "--driver-name=gpu.example.com".to_owned(),
+            format!(
+                "--kubelet-registration-path={}",
+                sb.dir.path().join("dra.sock").display()
+            ),
+            format!("--plugin-registration-path={}", sb.registry.display()),
+            format!("--policy-config={}", policy.display()),
+        ]
+    };
+
+    // Semantic versions for a DRA driver: refused at start-up, with the fix.
+    let mut registrar = Process::spawn_raw(sb.dir.path(), &dra(&policy(r#"["1.0.0"]"#)));
+    assert_eq!(registrar.exit_code().await, 1);
+    let log = registrar.log_text();
+    assert!(
+        log.contains(r#"policy plugin \"versions\", hook versions: invalid decision: none of the supported versions"#)
+            && log.contains("is a DRA gRPC service the kubelet can use (v1.DRAPlugin or v1beta1.DRAPlugin)")
+            && log.contains(r#"semantic versions such as \"1.0.0\" are for CSI drivers"#),
+        "{log}"
+    );
+
+    // Service names for a CSI driver: refused too.
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let csi_policy = policy(r#"["v1.DRAPlugin"]"#);
+    let mut registrar = Process::spawn(&sb, &[format!("--policy-config={}", csi_policy.display())]);
+    assert_eq!(registrar.exit_code().await, 1);
+    let log = registrar.log_text();
+    assert!(
+        log.contains("these are DRA gRPC service names: a DRA driver is registered with --plugin-type=DRAPlugin"),
+        "{log}"
+    );
+    assert_eq!(std::fs::read_dir(&sb.registry).unwrap().count(), 0);
+
+    // DRA services for a DRA driver: advertised.
+    let registrar = Process::spawn_raw(sb.dir.path(), &dra(&policy(r#"["v1beta1.DRAPlugin"]"#)));
+    let socket = sb.socket("gpu.example.com");
+    assert!(appears(&socket).await, "log:\n{}", registrar.log_text());
+    assert!(
+        registrar
+            .wait_log(r#"versions="[\"v1beta1.DRAPlugin\"]""#)
+            .await,
+        "{}",
+        registrar.log_text()
+    );
+    assert_eq!(registrar.stop().await, 0);
+}
