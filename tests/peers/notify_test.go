@@ -32,13 +32,21 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
 )
 
-// hookedHandler is a kubelet plugin handler that calls back after a
-// successful RegisterPlugin and after DeRegisterPlugin; its methods, whose
-// signatures changed in 1.35, are in run_k8s*_test.go.
+// hookedHandler is a kubelet plugin handler that reports each call (record),
+// and calls back after a successful RegisterPlugin and after DeRegisterPlugin;
+// every callback is optional. Its methods, whose signatures changed in 1.35,
+// are in run_k8s*_test.go.
 type hookedHandler struct {
 	cache.PluginHandler
 	afterRegister func()
 	onDeregister  func()
+	record        func(call string)
+}
+
+func (h hookedHandler) recordCall(format string, args ...any) {
+	if h.record != nil {
+		h.record(fmt.Sprintf(format, args...))
+	}
 }
 
 // relay serves <outer> and forwards each connection to <inner>.

@@ -42,7 +42,13 @@ func registrarBin(t testing.TB) string {
 
 func startRegistrar(t testing.TB, args ...string) *registrar {
 	t.Helper()
-	cmd := exec.Command(registrarBin(t), args...)
+	return startRegistrarBin(t, registrarBin(t), args...)
+}
+
+// startRegistrarBin runs bin (ours, or upstream's Go registrar) with args.
+func startRegistrarBin(t testing.TB, bin string, args ...string) *registrar {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "KUBE_NODE_NAME=node-1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

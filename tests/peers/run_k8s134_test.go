@@ -20,10 +20,18 @@ func runPluginManager(pm pluginmanager.PluginManager, stop chan struct{}) {
 // the kubelet's actual state, and nothing is retried until its socket changes.
 const kubeletRetriesFailedRegistrations = false
 
+// ValidatePlugin runs the kubelet's handler.
+func (h hookedHandler) ValidatePlugin(name, endpoint string, versions []string) error {
+	err := h.PluginHandler.ValidatePlugin(name, endpoint, versions)
+	h.recordCall("ValidatePlugin(%s, %s, %v) = %v", name, endpoint, versions, err)
+	return err
+}
+
 // RegisterPlugin runs the kubelet's handler, then afterRegister if it succeeded.
 func (h hookedHandler) RegisterPlugin(name, endpoint string, versions []string, timeout *time.Duration) error {
 	err := h.PluginHandler.RegisterPlugin(name, endpoint, versions, timeout)
-	if err == nil {
+	h.recordCall("RegisterPlugin(%s, %s, %v) = %v", name, endpoint, versions, err)
+	if err == nil && h.afterRegister != nil {
 		h.afterRegister()
 	}
 	return err
@@ -32,7 +40,10 @@ func (h hookedHandler) RegisterPlugin(name, endpoint string, versions []string, 
 // DeRegisterPlugin runs the kubelet's handler, then onDeregister.
 func (h hookedHandler) DeRegisterPlugin(name, endpoint string) {
 	h.PluginHandler.DeRegisterPlugin(name, endpoint)
-	h.onDeregister()
+	h.recordCall("DeRegisterPlugin(%s, %s)", name, endpoint)
+	if h.onDeregister != nil {
+		h.onDeregister()
+	}
 }
 
 var _ cache.PluginHandler = hookedHandler{}

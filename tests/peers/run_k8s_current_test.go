@@ -21,10 +21,18 @@ func runPluginManager(pm pluginmanager.PluginManager, stop chan struct{}) {
 // deregister the plugin and register it again, with back-off.
 const kubeletRetriesFailedRegistrations = true
 
+// ValidatePlugin runs the kubelet's handler.
+func (h hookedHandler) ValidatePlugin(ctx context.Context, name, endpoint string, versions []string) error {
+	err := h.PluginHandler.ValidatePlugin(ctx, name, endpoint, versions)
+	h.recordCall("ValidatePlugin(%s, %s, %v) = %v", name, endpoint, versions, err)
+	return err
+}
+
 // RegisterPlugin runs the kubelet's handler, then afterRegister if it succeeded.
 func (h hookedHandler) RegisterPlugin(ctx context.Context, name, endpoint string, versions []string, timeout *time.Duration) error {
 	err := h.PluginHandler.RegisterPlugin(ctx, name, endpoint, versions, timeout)
-	if err == nil {
+	h.recordCall("RegisterPlugin(%s, %s, %v) = %v", name, endpoint, versions, err)
+	if err == nil && h.afterRegister != nil {
 		h.afterRegister()
 	}
 	return err
@@ -33,7 +41,10 @@ func (h hookedHandler) RegisterPlugin(ctx context.Context, name, endpoint string
 // DeRegisterPlugin runs the kubelet's handler, then onDeregister.
 func (h hookedHandler) DeRegisterPlugin(ctx context.Context, name, endpoint string) {
 	h.PluginHandler.DeRegisterPlugin(ctx, name, endpoint)
-	h.onDeregister()
+	h.recordCall("DeRegisterPlugin(%s, %s)", name, endpoint)
+	if h.onDeregister != nil {
+		h.onDeregister()
+	}
 }
 
 var _ cache.PluginHandler = hookedHandler{}
