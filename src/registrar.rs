@@ -355,8 +355,9 @@ pub(crate) async fn load(
     state: &State,
 ) -> Result<Result<Arc<dyn Policy>, AppError>, AppError> {
     let (file, metrics) = (config.policy_config.clone(), state.metrics().clone());
+    let plugin_type = config.plugin_type;
     blocking("policy loading", move || {
-        policy::load(file.as_deref(), &metrics).map_err(AppError::from)
+        policy::load(file.as_deref(), plugin_type, &metrics).map_err(AppError::from)
     })
     .await
 }

@@ -33,7 +33,7 @@ fn author_cli_inspects_validates_runs_and_precompiles() {
         i["exports"]
             .as_array()
             .unwrap()
-            .contains(&serde_json::json!("csi-registrar:policy/driver-name@0.1.0")),
+            .contains(&serde_json::json!("csi-registrar:policy/driver-name@0.1.1")),
         "{out}"
     );
 
@@ -118,7 +118,7 @@ fn author_cli_inspects_validates_runs_and_precompiles() {
     assert!(
         err.starts_with("error: policy plugin \"pool_suffix\"")
             && err.contains(
-                "does not export csi-registrar:policy/failure@0.1.0; it exports driver-name"
+                "does not export csi-registrar:policy/failure@0.1.1; it exports driver-name"
             ),
         "{err}"
     );
@@ -314,6 +314,36 @@ fn every_examples_cases_pass() {
             "{example}: {out}"
         );
     }
+}
+
+/// A plugin built against WIT 0.1.0 (tests/vectors/wit-0.1.0) still decides
+/// as its cases say in a registrar implementing a later 0.1.x.
+#[test]
+fn a_plugin_built_against_wit_0_1_0_still_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let old = root.join("tests/vectors/wit-0.1.0/pool_suffix.wasm");
+    let (code, out, err) = tool(&["plugin", "inspect", old.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("csi-registrar:policy/driver-name@0.1.0"),
+        "{out}"
+    );
+    let cases = root.join("plugins/examples/pool-suffix/cases.toml");
+    let (code, out, err) = tool(&[
+        "plugin",
+        "test",
+        cases.to_str().unwrap(),
+        "--plugin",
+        old.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.lines()
+            .last()
+            .unwrap_or_default()
+            .ends_with(" passed, 0 failed"),
+        "{out}"
+    );
 }
 
 /// A wrong expectation is a FAIL line that says what differs, the count says

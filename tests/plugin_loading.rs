@@ -63,7 +63,7 @@ fn load_errors_speak_the_authors_language() {
     .unwrap_err();
     assert!(
         err.contains(
-            "hooks lists \"failure\" but the component does not export csi-registrar:policy/failure@0.1.0; it exports driver-name"
+            "hooks lists \"failure\" but the component does not export csi-registrar:policy/failure@0.1.1; it exports driver-name"
         ),
         "{err}"
     );
@@ -96,7 +96,7 @@ fn a_component_for_another_wit_version_is_refused_with_the_fix() {
     );
     let err = load(dir.path(), &plugin_entry("future", &path, "")).unwrap_err();
     assert!(
-        err.contains("it exports csi-registrar:policy/plugin@0.2.0, but this registrar implements csi-registrar:policy@0.1.0"),
+        err.contains("it exports csi-registrar:policy/plugin@0.2.0, but this registrar implements csi-registrar:policy@0.1.1"),
         "{err}"
     );
     assert!(err.contains("rebuild the plugin against the wit/"), "{err}");
@@ -108,7 +108,7 @@ fn a_component_without_the_plugin_interface_is_not_a_policy() {
     let path = wat_plugin(dir.path(), "other.wasm", "(component)");
     let err = load(dir.path(), &plugin_entry("other", &path, "")).unwrap_err();
     assert!(
-        err.contains("does not export csi-registrar:policy/plugin@0.1.0"),
+        err.contains("does not export csi-registrar:policy/plugin@0.1.1"),
         "{err}"
     );
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use csi_node_driver_registrar::PluginType;
 use csi_node_driver_registrar::testing::{
     Context, DefaultPolicy, Failure, FailureAction, Metrics, Policy, PolicyFile, wasm,
 };
@@ -321,6 +322,13 @@ fn the_default_policy_component_agrees_with_the_built_in_one() {
         Context {
             driver_name: "x".repeat(63),
             node_name: "ip-10-0-0-1.ec2.internal".into(),
+            ..ctx()
+        },
+        // A DRA driver: the plugin asks registrar-info and advertises its services.
+        Context {
+            driver_name: "gpu.example.com".into(),
+            kubelet_registration_path: "/var/lib/kubelet/plugins/gpu.example.com/dra.sock".into(),
+            plugin_type: PluginType::Dra,
             ..ctx()
         },
     ];

@@ -183,6 +183,21 @@ func Logf(level Level, format string, args ...any) {
 	Log(level, fmt.Sprintf(format, args...))
 }
 
+// PluginType is the kubelet plugin type being registered (the registrar's
+// --plugin-type).
+type PluginType uint8
+
+const (
+	// CSIPlugin: supported versions are semantic versions with a 1.x.
+	CSIPlugin PluginType = iota
+	// DRAPlugin: supported versions are gRPC service names (v1.DRAPlugin).
+	DRAPlugin
+)
+
+// RegistrarPluginType asks the registrar which plugin type it registers
+// (registrar-info, WIT 0.1.1). Natively (go test) it answers CSIPlugin.
+func RegistrarPluginType() PluginType { return PluginType(abi.PluginType()) }
+
 // Export makes p the plugin of this component. Call it once, from an init
 // function. The hooks exported are those of DriverNamer, VersionChooser,
 // FailureHandler and EndpointMapper that p implements.

@@ -47,7 +47,7 @@ fn main() {
         );
         writeln!(
             wit,
-            "\nworld {world} {{\n  import host-log;\n  export plugin;"
+            "\nworld {world} {{\n  import host-log;\n  import registrar-info;\n  export plugin;"
         )
         .unwrap();
         for (_, iface) in &chosen {

@@ -31,6 +31,7 @@ use super::source::{
     DEFAULT_PULL_MAX_MIB, DEFAULT_PULL_TIMEOUT_MS, OciReference, OciSource, PluginSource,
     RegistryOptions,
 };
+use crate::plugin_type::PluginType;
 use crate::toml_file::{self, line_of};
 
 /// Deadline of one plugin call unless the file says otherwise.
@@ -163,6 +164,10 @@ pub struct PolicyFile {
 pub struct PluginConfig {
     /// The plugin's name in logs, metrics and errors.
     pub id: String,
+    /// Not from the file: the registrar's `--plugin-type`, which
+    /// `registrar-info` answers during `info` and `validate-settings` (a hook
+    /// gets its context's).
+    pub plugin_type: PluginType,
     /// The component: a pinned file or a pinned OCI artefact.
     pub source: PluginSource,
     /// `None`: every hook the component exports.
@@ -473,6 +478,7 @@ impl PolicyFile {
                 )
             })?;
             plugins.push(PluginConfig {
+                plugin_type: PluginType::Csi,
                 declared_at: Some((
                     path.to_owned(),
                     line_of(

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::decision::{DefaultPolicy, Policy};
 use super::file::{PolicyFile, PolicyFileError};
 use crate::metrics::Metrics;
+use crate::plugin_type::PluginType;
 
 /// A policy that cannot be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -28,12 +29,16 @@ pub enum LoadError {
 /// Loads the policy `file` names (`None`: the built-in policy).
 pub(crate) fn load(
     file: Option<&Path>,
+    plugin_type: PluginType,
     metrics: &Arc<Metrics>,
 ) -> Result<Arc<dyn Policy>, LoadError> {
     let Some(path) = file else {
         return Ok(Arc::new(DefaultPolicy));
     };
-    let policy = PolicyFile::from_file(path)?;
+    let mut policy = PolicyFile::from_file(path)?;
+    for p in &mut policy.plugins {
+        p.plugin_type = plugin_type;
+    }
     if policy.plugins.is_empty() {
         tracing::info!(file = %path.display(), "Policy file names no plugins; using the built-in policy");
         return Ok(Arc::new(DefaultPolicy));

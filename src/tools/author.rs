@@ -8,6 +8,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::metrics::Metrics;
+use crate::plugin_type::PluginType;
 use crate::policy::file::{
     DEFAULT_MAX_RETRY_MS, DEFAULT_MEMORY_LIMIT_MIB, DEFAULT_MIN_RETRY_MS, DEFAULT_TIMEOUT_MS, Mode,
     OnError, PluginConfig,
@@ -102,6 +103,7 @@ pub fn unpinned(path: &Path) -> PluginConfig {
     }
     PluginConfig {
         id,
+        plugin_type: PluginType::Csi,
         source,
         hooks: None,
         timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
@@ -155,7 +157,7 @@ pub(crate) fn chain_of(
 pub(crate) struct HookInput {
     /// `current` for driver-name and endpoint (default: from the context, as at start-up).
     pub(crate) current: Option<String>,
-    /// `current` for versions (default `["1.0.0"]`).
+    /// `current` for versions (default: the context's, as at start-up: `["1.0.0"]` for CSI).
     pub(crate) versions: Vec<String>,
     /// The refusal, for the failure hook.
     pub(crate) failure: Option<Failure>,
@@ -196,7 +198,7 @@ pub(crate) fn decide(
             .current
             .unwrap_or_else(|| ctx.kubelet_registration_path.clone()),
         supported_versions: if input.versions.is_empty() {
-            vec!["1.0.0".to_owned()]
+            Registration::upstream(ctx).supported_versions
         } else {
             input.versions
         },

@@ -150,11 +150,12 @@ impl Loader {
         case: &Case,
     ) -> Result<(Chain, Context, HookInput), String> {
         let settings = case.settings.as_ref().unwrap_or(&file.settings);
+        let ctx = context(&file.context, &case.context)?;
         let cfg = PluginConfig {
             settings_json: serde_json::to_string(settings).map_err(|e| e.to_string())?,
+            plugin_type: ctx.plugin_type,
             ..author::unpinned(&self.wasm)
         };
-        let ctx = context(&file.context, &case.context)?;
         let input = HookInput {
             current: case.current.clone(),
             versions: case.versions.clone(),

@@ -171,7 +171,7 @@ pub(super) struct RunArgs {
     pub(super) hook: crate::policy::Hook,
     /// The registration context as a JSON file (keys: node_name, driver_name,
     /// driver_version, csi_address, kubelet_registration_path,
-    /// plugin_registration_path); flags below override it.
+    /// plugin_registration_path, plugin_type, supported_versions); flags below override it.
     #[arg(long)]
     pub(super) context: Option<PathBuf>,
     #[arg(long)]
@@ -182,10 +182,13 @@ pub(super) struct RunArgs {
     pub(super) driver_version: Option<String>,
     #[arg(long)]
     pub(super) kubelet_registration_path: Option<String>,
+    /// The kubelet plugin type the plugin serves (`registrar-info`), as `--plugin-type`.
+    #[arg(long, value_parser = ["CSIPlugin", "DRAPlugin"])]
+    pub(super) plugin_type: Option<String>,
     /// `current` for driver-name and endpoint (default: from the context, as at start-up).
     #[arg(long)]
     pub(super) current: Option<String>,
-    /// `current` for versions (repeatable; default 1.0.0).
+    /// `current` for versions (repeatable; default: the plugin type's, 1.0.0 for CSI).
     #[arg(long = "version")]
     pub(super) versions: Vec<String>,
     /// The kubelet's error text, for the failure hook.

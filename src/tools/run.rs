@@ -18,6 +18,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         driver_name,
         driver_version,
         kubelet_registration_path,
+        plugin_type,
         current,
         versions,
         error,
@@ -46,9 +47,13 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
             *field = v;
         }
     }
+    if let Some(t) = plugin_type {
+        ctx.plugin_type = crate::plugin_type::PluginType::parse(&t).unwrap_or_default();
+    }
     let cfg = PluginConfig {
         settings_json: settings.json()?,
         timeout: Duration::from_millis(timeout_ms),
+        plugin_type: ctx.plugin_type,
         ..author::unpinned(&wasm)
     };
     let chain = author::chain_of(&author::host()?, cfg, hook, None)?;

@@ -62,13 +62,17 @@ type relay struct {
 func startRelay(t *testing.T, inner, outer string) *relay {
 	r := &relay{t: t, inner: inner, outer: outer}
 	r.listen()
-	t.Cleanup(func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		_ = r.ln.Close()
-		r.dropLocked()
-	})
+	t.Cleanup(r.close)
 	return r
+}
+
+// close removes the relay's socket and drops every connection.
+func (r *relay) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_ = r.ln.Close()
+	r.cut = true
+	r.dropLocked()
 }
 
 func (r *relay) listen() {
@@ -225,4 +229,7 @@ func TestALostNotificationEndsWithTheDriverRegisteredAndReady(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(inner, driver+"-reg.sock")); !os.IsNotExist(err) {
 		t.Fatalf("registration socket still there after SIGTERM: %v", err)
 	}
+	// The relay follows: its socket goes, and the kubelet deregisters the driver.
+	r.close()
+	w.waitDeregistered(driver)
 }

@@ -114,6 +114,25 @@ func Hooks() []string {
 	return hooks
 }
 
+// pluginType answers policy.RegistrarPluginType; natively, 0 (CSI).
+var pluginType = func() uint8 { return 0 }
+
+// SetPluginType sets what policy.RegistrarPluginType asks; the glue points it
+// at the host's registrar-info import.
+func SetPluginType(f func() uint8) {
+	mu.Lock()
+	defer mu.Unlock()
+	pluginType = f
+}
+
+// PluginType asks the host which kubelet plugin type is registered: 0 CSI, 1 DRA.
+func PluginType() uint8 {
+	mu.Lock()
+	f := pluginType
+	mu.Unlock()
+	return f()
+}
+
 // SetLogger sets where policy.Log writes; the glue points it at the host's
 // log import. Natively it writes to stderr.
 func SetLogger(f func(level uint8, message string)) {

@@ -72,6 +72,41 @@ pub struct Context<S> {
     pub settings: S,
 }
 
+/// The kubelet plugin type being registered (the registrar's `--plugin-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginType {
+    /// A CSI driver: supported versions are semantic versions with a 1.x.
+    Csi,
+    /// A DRA driver: supported versions are gRPC service names (`v1.DRAPlugin`).
+    Dra,
+}
+
+/// The plugin type the registrar serves, asked of the host
+/// (`registrar-info.plugin-type`, WIT 0.1.1). Call it in the crate that calls
+/// `export_policy!`. A plugin that calls it needs a registrar implementing WIT
+/// 0.1.1 or later; one that does not still loads in older registrars.
+///
+/// ```ignore
+/// let versions = match csi_registrar_policy::plugin_type!() {
+///     PluginType::Csi => vec!["1.0.0".into()],
+///     PluginType::Dra => vec!["v1.DRAPlugin".into()],
+/// };
+/// ```
+#[macro_export]
+// `crate` is meant: the bindings live in the plugin's crate, the caller's.
+#[allow(clippy::crate_in_macro_def)]
+macro_rules! plugin_type {
+    () => {{
+        use crate::__csi_registrar_policy_bindings::csi_registrar::policy::registrar_info::{
+            KubeletPluginType as T, plugin_type,
+        };
+        match plugin_type() {
+            T::CsiPlugin => $crate::PluginType::Csi,
+            T::DraPlugin => $crate::PluginType::Dra,
+        }
+    }};
+}
+
 /// Hook: the driver name advertised to the kubelet.
 pub trait DriverName: Plugin {
     /// `current` is the name after earlier plugins in the chain.

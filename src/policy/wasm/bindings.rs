@@ -9,4 +9,4 @@ wasmtime::component::bindgen!({
 /// The WIT package this host implements.
 pub(crate) const WIT_PACKAGE: &str = "csi-registrar:policy";
 /// Its version.
-pub(crate) const WIT_VERSION: &str = "0.1.0";
+pub(crate) const WIT_VERSION: &str = "0.1.1";

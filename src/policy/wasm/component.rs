@@ -127,7 +127,7 @@ pub(crate) fn link_error(e: &wasmtime::Error) -> String {
     let text = format!("{e:#}");
     if text.contains("matching implementation was not found") {
         format!(
-            "{text}: a policy plugin may import only {WIT_PACKAGE}/host-log and WASI 0.2 (which the host gives with nothing in it). \
+            "{text}: a policy plugin may import only {WIT_PACKAGE}/host-log, {WIT_PACKAGE}/registrar-info (since {WIT_PACKAGE}@0.1.1: a plugin that imports it needs this registrar or a newer one) and WASI 0.2 (which the host gives with nothing in it). \
              For componentize-py use --stub-wasi; for componentize-js disable every feature"
         )
     } else {

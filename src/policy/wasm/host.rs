@@ -58,6 +58,10 @@ impl Host {
             &mut linker,
             |s| s,
         )?;
+        bindings::csi_registrar::policy::registrar_info::add_to_linker::<_, HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )?;
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         Ok(Arc::new(Host {
             engine,
@@ -136,6 +140,7 @@ impl Host {
             pre,
             hooks: selected,
             exported: hooks,
+            plugin_type: cfg.plugin_type,
         };
         Ok((plugin, wasm))
     }

@@ -13,6 +13,7 @@ use super::bindings::exports::csi_registrar::policy::{
     driver_name, endpoint, failure, plugin, versions,
 };
 use super::sandbox::{self, CallSpec, HostState, MAX_LOG_MESSAGE, Timers};
+use crate::plugin_type::PluginType;
 use crate::policy::chain::{CallError, PluginHooks};
 use crate::policy::decision::{Context, Failure, FailureAction};
 use crate::policy::file::{Mode, OnError};
@@ -67,6 +68,8 @@ pub struct WasmPlugin {
     pub(super) hooks: BTreeSet<Hook>,
     /// Every hook the component exports.
     pub(super) exported: BTreeSet<Hook>,
+    /// The plugin type `info` and `validate-settings` see (hooks see their context's).
+    pub(super) plugin_type: PluginType,
 }
 
 impl WasmPlugin {
@@ -84,6 +87,7 @@ impl WasmPlugin {
     fn call<R>(
         &self,
         hook: &'static str,
+        plugin_type: PluginType,
         f: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         sandbox::call(
@@ -95,6 +99,7 @@ impl WasmPlugin {
                 hook,
                 timeout: self.timeout,
                 memory_limit: self.memory_limit,
+                plugin_type,
             },
             f,
         )
@@ -104,12 +109,13 @@ impl WasmPlugin {
     fn hook<R>(
         &self,
         hook: Hook,
+        plugin_type: PluginType,
         f: impl AsyncFnOnce(
             &mut Store<HostState>,
             &Instance,
         ) -> wasmtime::Result<Result<R, PolicyError>>,
     ) -> Result<R, CallError> {
-        self.call(hook.as_str(), f)?
+        self.call(hook.as_str(), plugin_type, f)?
             .map_err(|e| CallError::Plugin(bounded(e.message, MAX_LOG_MESSAGE)))
     }
 
@@ -127,7 +133,7 @@ impl WasmPlugin {
 
     /// The plugin's own name and version.
     pub(crate) fn info(&self) -> Result<(String, String), CallError> {
-        self.call("info", async |store, instance| {
+        self.call("info", self.plugin_type, async |store, instance| {
             let guest = self.guest.plugin.load(&mut *store, instance)?;
             let info = guest.call_info(&mut *store).await?;
             Ok((
@@ -139,12 +145,16 @@ impl WasmPlugin {
 
     /// Asks the plugin to check its settings.
     pub(crate) fn validate_settings(&self) -> Result<(), String> {
-        self.call("validate-settings", async |store, instance| {
-            let guest = self.guest.plugin.load(&mut *store, instance)?;
-            guest
-                .call_validate_settings(&mut *store, &self.settings_json)
-                .await
-        })
+        self.call(
+            "validate-settings",
+            self.plugin_type,
+            async |store, instance| {
+                let guest = self.guest.plugin.load(&mut *store, instance)?;
+                guest
+                    .call_validate_settings(&mut *store, &self.settings_json)
+                    .await
+            },
+        )
         .map_err(|e| format!("validate-settings failed: {e}"))?
         .map_err(|msg| {
             format!(
@@ -186,8 +196,9 @@ impl PluginHooks for WasmPlugin {
             .driver_name
             .as_ref()
             .ok_or_else(|| missing(Hook::DriverName))?;
+        let plugin_type = ctx.plugin_type;
         let ctx = self.context(ctx);
-        let answer = self.hook(Hook::DriverName, async |store, instance| {
+        let answer = self.hook(Hook::DriverName, plugin_type, async |store, instance| {
             let guest = idx.load(&mut *store, instance)?;
             guest
                 .call_rewrite_driver_name(&mut *store, &ctx, current)
@@ -209,8 +220,9 @@ impl PluginHooks for WasmPlugin {
             .versions
             .as_ref()
             .ok_or_else(|| missing(Hook::Versions))?;
+        let plugin_type = ctx.plugin_type;
         let ctx = self.context(ctx);
-        self.hook(Hook::Versions, async |store, instance| {
+        self.hook(Hook::Versions, plugin_type, async |store, instance| {
             let guest = idx.load(&mut *store, instance)?;
             guest
                 .call_supported_versions(&mut *store, &ctx, current)
@@ -224,8 +236,9 @@ impl PluginHooks for WasmPlugin {
             .endpoint
             .as_ref()
             .ok_or_else(|| missing(Hook::Endpoint))?;
+        let plugin_type = ctx.plugin_type;
         let ctx = self.context(ctx);
-        let answer = self.hook(Hook::Endpoint, async |store, instance| {
+        let answer = self.hook(Hook::Endpoint, plugin_type, async |store, instance| {
             let guest = idx.load(&mut *store, instance)?;
             guest.call_map_endpoint(&mut *store, &ctx, current).await
         })?;
@@ -241,6 +254,7 @@ impl PluginHooks for WasmPlugin {
             .failure
             .as_ref()
             .ok_or_else(|| missing(Hook::Failure))?;
+        let plugin_type = ctx.plugin_type;
         let ctx = self.context(ctx);
         let input = failure::RegistrationFailure {
             source: failure::FailureSource::KubeletRejected,
@@ -248,7 +262,7 @@ impl PluginHooks for WasmPlugin {
             attempt: f.attempt,
             elapsed_ms: u64::try_from(f.elapsed.as_millis()).unwrap_or(u64::MAX),
         };
-        let answer = self.hook(Hook::Failure, async |store, instance| {
+        let answer = self.hook(Hook::Failure, plugin_type, async |store, instance| {
             let guest = idx.load(&mut *store, instance)?;
             guest
                 .call_on_registration_failure(&mut *store, &ctx, &input)

@@ -26,9 +26,10 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline, WasmBacktrace};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::csi_registrar::policy::host_log;
+use super::bindings::csi_registrar::policy::{host_log, registrar_info};
 use super::compiler::PER_COMPONENT;
 use super::watchdog::Watchdog;
+use crate::plugin_type::PluginType;
 use crate::policy::chain::CallError;
 
 /// What a plugin's calls run beside: the watchdog that fires their
@@ -84,6 +85,17 @@ pub(super) struct HostState {
     plugin: Arc<str>,
     hook: &'static str,
     log_lines: u32,
+    /// What `registrar-info.plugin-type` answers.
+    plugin_type: PluginType,
+}
+
+impl registrar_info::Host for HostState {
+    fn plugin_type(&mut self) -> registrar_info::KubeletPluginType {
+        match self.plugin_type {
+            PluginType::Csi => registrar_info::KubeletPluginType::CsiPlugin,
+            PluginType::Dra => registrar_info::KubeletPluginType::DraPlugin,
+        }
+    }
 }
 
 impl WasiView for HostState {
@@ -227,6 +239,7 @@ pub(super) struct CallSpec<'a> {
     pub hook: &'static str,
     pub timeout: Duration,
     pub memory_limit: u64,
+    pub plugin_type: PluginType,
 }
 
 /// Instantiates the plugin in a fresh Store and runs `f` under the deadline
@@ -258,6 +271,7 @@ pub(super) fn call<R>(
             plugin: spec.plugin.clone(),
             hook: spec.hook,
             log_lines: 0,
+            plugin_type: spec.plugin_type,
         },
     );
     store.limiter(|s| &mut s.limiter);

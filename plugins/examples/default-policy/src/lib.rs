@@ -1,13 +1,14 @@
 //! The decisions of the upstream Go registrar, which the registrar also has
 //! built in: the driver's own name, `--kubelet-registration-path` as the
-//! endpoint, `["1.0.0"]`, and exit 1 when the kubelet refuses. Every hook
+//! endpoint, `["1.0.0"]` (a DRA driver's default services when the registrar
+//! registers one: `plugin_type!()`), and exit 1 when the kubelet refuses. Every hook
 //! answers explicitly (no `keep`, no `defer`), so this is a template for a
 //! policy that decides everything, and a test checks it agrees with the
 //! built-in one.
 
 use csi_registrar_policy::{
     Context, DriverName, Endpoint, EndpointDecision, Failure, FailureAction, NameDecision, Plugin,
-    RegistrationFailure, Versions,
+    PluginType, RegistrationFailure, Versions,
 };
 
 #[derive(serde::Deserialize)]
@@ -32,11 +33,16 @@ impl DriverName for Upstream {
 }
 
 impl Versions for Upstream {
+    /// Upstream's `["1.0.0"]` for a CSI driver; for a DRA driver, the services
+    /// the kubelet can use, as the built-in policy advertises them.
     fn supported_versions(
         _: &Context<NoSettings>,
         _current: Vec<String>,
     ) -> Result<Vec<String>, String> {
-        Ok(vec!["1.0.0".into()])
+        Ok(match csi_registrar_policy::plugin_type!() {
+            PluginType::Csi => vec!["1.0.0".into()],
+            PluginType::Dra => vec!["v1.DRAPlugin".into(), "v1beta1.DRAPlugin".into()],
+        })
     }
 }
 

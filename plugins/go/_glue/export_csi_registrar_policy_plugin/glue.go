@@ -1,5 +1,6 @@
 // Package export_csi_registrar_policy_plugin implements the `plugin`
-// interface every component exports, and points the SDK's log at the host.
+// interface every component exports, and points the SDK's log and plugin
+// type at the host.
 package export_csi_registrar_policy_plugin
 
 import (
@@ -7,10 +8,12 @@ import (
 	witTypes "go.bytecodealliance.org/pkg/wit/types"
 	"wit_component/csi_registrar_policy_host_log"
 	"wit_component/csi_registrar_policy_plugin"
+	"wit_component/csi_registrar_policy_registrar_info"
 )
 
 func init() {
 	abi.SetLogger(csi_registrar_policy_host_log.Log)
+	abi.SetPluginType(csi_registrar_policy_registrar_info.PluginType)
 }
 
 // Info is the plugin's name and version.

@@ -1,5 +1,6 @@
 // Package defaultpolicy makes upstream's four decisions explicitly: the
-// driver's own name, ["1.0.0"], exit 1 on a refusal, and
+// driver's own name, ["1.0.0"] (a DRA driver's services when the registrar
+// registers one), exit 1 on a refusal, and
 // --kubelet-registration-path as the endpoint. A template for full policies,
 // and the one Go example that exports every hook. The Go port of
 // plugins/examples/default-policy; the same cases.toml checks both.
@@ -27,8 +28,12 @@ func (Upstream) RewriteDriverName(ctx *policy.Context[NoSettings], _ string) (po
 	return policy.Rename(ctx.DriverName), nil
 }
 
-// SupportedVersions advertises 1.0.0.
+// SupportedVersions advertises 1.0.0 for a CSI driver; for a DRA driver, the
+// services the kubelet can use, as the built-in policy does.
 func (Upstream) SupportedVersions(*policy.Context[NoSettings], []string) ([]string, error) {
+	if policy.RegistrarPluginType() == policy.DRAPlugin {
+		return []string{"v1.DRAPlugin", "v1beta1.DRAPlugin"}, nil
+	}
 	return []string{"1.0.0"}, nil
 }
 
