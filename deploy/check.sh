@@ -24,7 +24,29 @@ trap 'rm -rf "$work"' EXIT
 
 REGISTRAR=$bin deploy/policy-configmaps.sh "$wasm" -pool-a > "$work/configmaps.yaml"
 "$venv/bin/kubernetes-validate" --strict --kubernetes-version 1.33 \
-    deploy/daemonset.yaml deploy/daemonset-with-policy.yaml "$work/configmaps.yaml"
+    deploy/daemonset.yaml deploy/daemonset-with-policy.yaml "$work/configmaps.yaml" \
+    deploy/daemonset-dra.yaml
+
+# The DRA manifest's registrar arguments, as the kubelet expands them: the
+# registrar starts, and its socket is the per-pod one.
+dra_uid=0b6f8c5e-3c1d-4d5e-9f7a-1a2b3c4d5e6f
+mkdir -p "$work/dra-registry"
+coproc DRA { POD_UID=$dra_uid exec "$bin" --plugin-type=DRAPlugin --driver-name=gpu.example.com \
+    "--kubelet-registration-path=/var/lib/kubelet/plugins/gpu.example.com/dra-$dra_uid.sock" \
+    --plugin-registration-path="$work/dra-registry" 2>&1; }
+dra_pid=$DRA_PID
+# Its log says when the socket is up (each line within 20 s, or give up).
+started=
+while IFS= read -r -t 20 line <&"${DRA[0]}"; do
+    echo "$line" >>"$work/dra.log"
+    if [[ $line == *"Registration Server started"* ]]; then started=1; break; fi
+done
+[ -n "$started" ] && [ -S "$work/dra-registry/gpu.example.com-$dra_uid-reg.sock" ] ||
+    { cat "$work/dra.log" >&2; kill "$dra_pid" 2>/dev/null || true; exit 1; }
+kill -TERM "$dra_pid"
+wait "$dra_pid"
+[ ! -e "$work/dra-registry/gpu.example.com-$dra_uid-reg.sock" ] || { echo "deploy: the DRA registrar left its socket" >&2; exit 1; }
+echo "deploy: daemonset-dra.yaml valid (1.33); its registrar serves gpu.example.com-<pod UID>-reg.sock and removes it on SIGTERM"
 
 # Lay the ConfigMaps out as the kubelet would mount them, and run the
 # registrar's demo with that policy (paths rewritten to the local mount).

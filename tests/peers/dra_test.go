@@ -12,6 +12,7 @@ package peers
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -180,10 +181,7 @@ func (w *draWorld) prepare() error {
 	return err
 }
 
-const (
-	podA = "0b6f8c5e-3c1d-4d5e-9f7a-1a2b3c4d5e6f"
-	podB = "7d1e2f3a-4b5c-4d6e-8f90-a1b2c3d4e5f6"
-)
+const podA = "0b6f8c5e-3c1d-4d5e-9f7a-1a2b3c4d5e6f"
 
 func TestKubeletRegistersADRADriverThroughUsAndReachesItsService(t *testing.T) {
 	w := startDRAKubelet(t)
@@ -213,11 +211,18 @@ func TestKubeletRegistersADRADriverThroughUsAndReachesItsService(t *testing.T) {
 	}
 }
 
-func TestARollingUpdateOfTwoDRAPodsKeepsTheDriverAvailable(t *testing.T) {
+// podUID is the n-th pod's UID.
+func podUID(n int) string { return fmt.Sprintf("%08x-3c1d-4d5e-9f7a-1a2b3c4d5e6f", n) }
+
+// rollingUpdates: the DaemonSet is updated this many times in a row, each a
+// surge: the new pod registers beside the old one, then the old one stops.
+const rollingUpdates = 5
+
+func TestRollingUpdatesOfDRAPodsKeepTheDriverAvailable(t *testing.T) {
 	w := startDRAKubelet(t)
-	old := w.startDRADriver(podA)
+	old := w.startDRADriver(podUID(0))
 	oldReg := w.startDRARegistrar(old)
-	w.waitFor("the old pod registered", func() bool { return w.seen.are(old.socket) })
+	w.waitFor("the first pod registered", func() bool { return w.seen.are(old.socket) })
 
 	// Pods are being prepared all along: every call must succeed.
 	var calls, failures atomic.Int64
@@ -239,47 +244,48 @@ func TestARollingUpdateOfTwoDRAPodsKeepsTheDriverAvailable(t *testing.T) {
 			calls.Add(1)
 		}
 	}()
-	t.Cleanup(func() {
-		select {
-		case <-done:
-		default:
-			close(done)
-		}
+	var closeOnce sync.Once
+	stop := func() {
+		closeOnce.Do(func() { close(done) })
 		<-stopped
-	})
+	}
+	t.Cleanup(stop)
 	atLeast := func(what string, n int64, count *atomic.Int64) {
 		t.Helper()
 		target := count.Load() + n
 		w.waitFor(what, func() bool { return count.Load() >= target })
 	}
-	atLeast("calls to the old pod", 20, &old.prepared)
+	atLeast("calls to the first pod", 20, &old.prepared)
 
-	// The new pod comes up beside the old one: both registered, the kubelet
-	// moves to the newer.
-	fresh := w.startDRADriver(podB)
-	newReg := w.startDRARegistrar(fresh)
-	w.waitFor("both pods registered", func() bool { return w.seen.are(old.socket, fresh.socket) })
-	atLeast("calls to the new pod", 20, &fresh.prepared)
+	for i := 1; i <= rollingUpdates; i++ {
+		// The new pod comes up beside the old one: both registered, and the
+		// kubelet moves to the newer.
+		fresh := w.startDRADriver(podUID(i))
+		freshReg := w.startDRARegistrar(fresh)
+		w.waitFor(fmt.Sprintf("update %d: both pods registered", i), func() bool { return w.seen.are(old.socket, fresh.socket) })
+		atLeast(fmt.Sprintf("update %d: calls to the new pod", i), 20, &fresh.prepared)
 
-	// The old pod goes: SIGTERM removes only its own socket.
-	if code := oldReg.stop(syscall.SIGTERM); code != 0 {
-		t.Fatalf("old registrar's exit code on SIGTERM = %d, want 0", code)
+		// The old pod goes: SIGTERM removes only its own socket.
+		if code := oldReg.stop(syscall.SIGTERM); code != 0 {
+			t.Fatalf("update %d: the old registrar's exit code on SIGTERM = %d, want 0", i, code)
+		}
+		w.waitFor(fmt.Sprintf("update %d: only the new pod registered", i), func() bool { return w.seen.are(fresh.socket) })
+		old.stop()
+		atLeast(fmt.Sprintf("update %d: calls after the old pod left", i), 20, &calls)
+		old, oldReg = fresh, freshReg
 	}
-	w.waitFor("only the new pod registered", func() bool { return w.seen.are(fresh.socket) })
-	old.stop()
-	atLeast("calls after the old pod left", 20, &calls)
 
-	close(done)
-	<-stopped
+	stop()
 	if n := failures.Load(); n != 0 {
-		t.Fatalf("%d of %d NodePrepareResources calls failed during the update; the first: %v", n, calls.Load(), firstFailure.Load())
+		t.Fatalf("%d of %d NodePrepareResources calls failed during %d rolling updates; the first: %v", n, calls.Load(), rollingUpdates, firstFailure.Load())
 	}
-	if code := newReg.stop(syscall.SIGTERM); code != 0 {
-		t.Fatalf("new registrar's exit code on SIGTERM = %d, want 0", code)
+	t.Logf("%d NodePrepareResources calls through %d rolling updates, none failed", calls.Load(), rollingUpdates)
+	if code := oldReg.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("the last registrar's exit code on SIGTERM = %d, want 0", code)
 	}
 	w.waitFor("nothing registered", func() bool { return w.seen.are() })
 	if _, err := w.manager.GetPlugin(draDriverName); err == nil {
-		t.Fatal("the driver is still registered after both pods left")
+		t.Fatal("the driver is still registered after every pod left")
 	}
 }
 
