@@ -9,7 +9,7 @@ use csi_node_driver_registrar::testing::Metrics;
 use csi_node_driver_registrar::testing::Registration;
 use csi_node_driver_registrar::testing::proto::registration::registration_server::Registration as _;
 use csi_node_driver_registrar::testing::proto::registration::{InfoRequest, RegistrationStatus};
-use csi_node_driver_registrar::testing::{Published, RegistrationService, Snapshot};
+use csi_node_driver_registrar::testing::{KubeletCall, Published, RegistrationService, Snapshot};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 
@@ -42,7 +42,9 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(status) = status {
             let reply = service.notify_registration_status(tonic::Request::new(status.clone())).await;
             assert!(reply.is_ok());
-            let verdict = rx.try_recv().expect("a verdict for every notification");
+            let KubeletCall::Verdict(verdict) = rx.try_recv().expect("a verdict for every notification") else {
+                panic!("a notification reported as something else than a verdict");
+            };
             assert_eq!(verdict.registered, status.plugin_registered);
             assert_eq!(verdict.error, status.error);
         }
@@ -51,6 +53,8 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(info.r#type, "CSIPlugin");
             assert_eq!(info.name, registration.name);
             assert_eq!(info.supported_versions, registration.supported_versions);
+            // The kubelet's GetInfo starts the wait for its verdict.
+            assert_eq!(rx.try_recv().ok(), Some(KubeletCall::Info));
         }
     });
 });
