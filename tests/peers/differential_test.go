@@ -126,6 +126,16 @@ func refused(t *testing.T, bin, driver string) outcome {
 	return o
 }
 
+// sameCalls checks that both registrars led the kubelet to make the calls want.
+func sameCalls(t *testing.T, want []string, goRun, rsRun outcome) {
+	t.Helper()
+	for who, o := range map[string]outcome{"Go registrar": goRun, "ours": rsRun} {
+		if !reflect.DeepEqual(o.Calls, want) {
+			t.Errorf("%s: the kubelet's handler calls were\n%q\nwant\n%q", who, o.Calls, want)
+		}
+	}
+}
+
 func TestSideBySideWithTheGoRegistrarAndTheHostpathDriver(t *testing.T) {
 	upstream := reference(t, "csi-node-driver-registrar")
 	reference(t, "hostpathplugin")
@@ -138,14 +148,7 @@ func TestSideBySideWithTheGoRegistrarAndTheHostpathDriver(t *testing.T) {
 		"RegisterPlugin(DRIVER, DIR/csi.sock, [1.0.0]) = <nil>",
 		"DeRegisterPlugin(DRIVER, DIR/csi.sock)",
 	}
-	for _, run := range []struct {
-		who string
-		o   outcome
-	}{{"Go registrar", goRun}, {"ours", rsRun}} {
-		if !reflect.DeepEqual(run.o.Calls, want) {
-			t.Errorf("%s: the kubelet's handler calls were\n%q\nwant\n%q", run.who, run.o.Calls, want)
-		}
-	}
+	sameCalls(t, want, goRun, rsRun)
 	if !reflect.DeepEqual(goRun, rsRun) {
 		t.Fatalf("registration then SIGTERM differs:\nGo registrar: %+v\nours:         %+v", goRun, rsRun)
 	}
@@ -169,15 +172,10 @@ func TestSideBySideAfterARefusal(t *testing.T) {
 		"ValidatePlugin(DRIVER, DIR/csi.sock, [1.0.0]) = <nil>",
 		"RegisterPlugin(DRIVER, DIR/csi.sock, [1.0.0]) = error adding CSI driver node info: driverNodeID must not be empty",
 	}
-	for _, run := range []struct {
-		who string
-		o   outcome
-	}{{"Go registrar", goRun}, {"ours", rsRun}} {
-		if !reflect.DeepEqual(run.o.Calls, want) {
-			t.Errorf("%s: the kubelet's handler calls were\n%q\nwant\n%q", run.who, run.o.Calls, want)
-		}
-		if run.o.ExitCode != 1 || run.o.InCSINode {
-			t.Errorf("%s: exit code %d, in CSINode %v; want 1, false", run.who, run.o.ExitCode, run.o.InCSINode)
+	sameCalls(t, want, goRun, rsRun)
+	for who, o := range map[string]outcome{"Go registrar": goRun, "ours": rsRun} {
+		if o.ExitCode != 1 || o.InCSINode {
+			t.Errorf("%s: exit code %d, in CSINode %v; want 1, false", who, o.ExitCode, o.InCSINode)
 		}
 	}
 	// The difference, by design: upstream exits inside the handler and leaves

@@ -89,10 +89,7 @@ func TestARefusalThenSuccessUnderTheBuiltInExitPolicy(t *testing.T) {
 	r2 := startRegistrar(t, w.args()...)
 	r2.waitLog(0, "PluginRegistered:true")
 	registeredOnce(t, w, driver)
-	if code := r2.stop(syscall.SIGTERM); code != 0 {
-		t.Fatalf("exit code on SIGTERM = %d, want 0", code)
-	}
-	w.waitDeregistered(driver)
+	w.stopRegistered(r2, driver)
 }
 
 func TestARefusalThenSuccessUnderTheRetryBackoffExample(t *testing.T) {
@@ -107,10 +104,7 @@ func TestARefusalThenSuccessUnderTheRetryBackoffExample(t *testing.T) {
 	if n := len(r.findAll("Registration refused")); n != 1 {
 		t.Fatalf("%d refusals, want 1:\n%s", n, r.text())
 	}
-	if code := r.stop(syscall.SIGTERM); code != 0 {
-		t.Fatalf("exit code on SIGTERM = %d, want 0", code)
-	}
-	w.waitDeregistered(driver)
+	w.stopRegistered(r, driver)
 }
 
 func TestARefusalThenSuccessUnderTheIgnoreRefusalsExample(t *testing.T) {
@@ -136,8 +130,5 @@ func TestARefusalThenSuccessUnderTheIgnoreRefusalsExample(t *testing.T) {
 	// The kubelet deregistered the refused plugin and registers it again by itself.
 	r.waitLog(i, "PluginRegistered:true")
 	registeredOnce(t, w, driver)
-	if code := r.stop(syscall.SIGTERM); code != 0 {
-		t.Fatalf("exit code on SIGTERM = %d, want 0", code)
-	}
-	w.waitDeregistered(driver)
+	w.stopRegistered(r, driver)
 }

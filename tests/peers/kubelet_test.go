@@ -149,6 +149,16 @@ func (w *world) waitDeregistered(driver string) {
 	w.waitFor(driver+" gone from CSINode", func() bool { return w.csiNodeDriver(driver) == nil })
 }
 
+// stopRegistered sends r SIGTERM, expects exit code 0, and waits for the
+// kubelet to deregister driver.
+func (w *world) stopRegistered(r *registrar, driver string) {
+	w.t.Helper()
+	if code := r.stop(syscall.SIGTERM); code != 0 {
+		w.t.Fatalf("exit code on SIGTERM = %d, want 0", code)
+	}
+	w.waitDeregistered(driver)
+}
+
 func TestKubeletRegistersOurDriverAndDeregistersItOnSIGTERM(t *testing.T) {
 	w := startKubelet(t)
 	const driver = "hostpath.csi.k8s.io"
