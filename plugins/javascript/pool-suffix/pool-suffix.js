@@ -3,7 +3,7 @@
 // wit/policy.wit, world driver-name-policy, with every WASI feature disabled so
 // the component imports only the policy interfaces.
 
-import { log } from 'csi-registrar:policy/host-log@0.1.0';
+import { log } from 'csi-registrar:policy/host-log@0.1.1';
 
 function suffixFrom(settingsJson) {
   const settings = JSON.parse(settingsJson || '{}');
