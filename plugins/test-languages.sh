@@ -49,7 +49,9 @@ for lang in py js go; do
 import json, sys
 i = json.loads(sys.argv[1])
 assert i["hooks"] == ["driver-name"], i["hooks"]
-assert {"csi-registrar:policy/host-log@0.1.0", "csi-registrar:policy/types@0.1.0"} <= set(i["imports"]), i["imports"]
+policy = {x for x in i["imports"] if x.startswith("csi-registrar:")}
+assert {"csi-registrar:policy/host-log@0.1.1", "csi-registrar:policy/types@0.1.1"} <= policy, i["imports"]
+assert policy <= {"csi-registrar:policy/host-log@0.1.1", "csi-registrar:policy/types@0.1.1", "csi-registrar:policy/registrar-info@0.1.1"}, i["imports"]
 assert not [x for x in i["imports"] if x.startswith("wasi:sockets") or x.startswith("wasi:http")], i["imports"]
 PY
     passed=$((passed + 1))
