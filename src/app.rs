@@ -20,7 +20,6 @@ use crate::csi;
 use crate::error::AppError;
 use crate::health;
 use crate::metrics::Metrics;
-use crate::plugin_type::PluginType;
 use crate::policy::Policy;
 use crate::proto::registration::registration_server::RegistrationServer;
 use crate::registrar::{self, Registrar};
@@ -77,12 +76,12 @@ async fn serve(
     };
 
     let (driver, info) = match &config.driver_name {
-        // A DRA driver is named by the flag; its service socket is the kubelet's to dial.
-        Some(name) if config.plugin_type == PluginType::Dra => {
+        // A DRA driver (the only kind named by the flag): its service socket is the kubelet's to dial.
+        Some(name) => {
             tracing::info!(driverName = %name, pluginType = %config.plugin_type, "Registering a DRA driver named by --driver-name");
             (None, csi::PluginInfo::named(name))
         }
-        _ => {
+        None => {
             let deadline = config.driver_wait.map(|w| Instant::now() + w);
             let (driver, info) =
                 csi::discover(&config.csi_socket, config.timeout, deadline).await?;

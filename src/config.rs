@@ -158,7 +158,7 @@ impl Config {
         if !flags.ignored.is_empty() {
             tracing::warn!(args = ?flags.ignored, "Ignoring arguments after the flags");
         }
-        let plugin_type = PluginType::parse(&flags.plugin_type).unwrap_or_default();
+        let plugin_type = flags.plugin_type;
         let driver_name = match (plugin_type, flags.driver_name.as_str()) {
             (PluginType::Dra, "") => return Err(FlagsError::MissingDriverName),
             (PluginType::Dra, name) => {

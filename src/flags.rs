@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 
+use crate::plugin_type::PluginType;
+
 /// The registrar's flags. Field docs are the `--help` text.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -125,8 +127,8 @@ pub struct Flags {
     /// The kubelet plugin type registered: CSIPlugin (a CSI driver, asked its name over
     /// --csi-address) or DRAPlugin (a Dynamic Resource Allocation driver, named by
     /// --driver-name; --kubelet-registration-path is its dra.sock on the host).
-    #[arg(long = "plugin-type", default_value = "CSIPlugin", value_parser = ["CSIPlugin", "DRAPlugin"])]
-    pub plugin_type: String,
+    #[arg(long = "plugin-type", value_enum, default_value = "CSIPlugin")]
+    pub plugin_type: PluginType,
 
     /// The driver's name, for --plugin-type=DRAPlugin (DRA drivers have no CSI Identity
     /// service to ask). Not used for CSIPlugin.

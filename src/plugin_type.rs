@@ -5,30 +5,37 @@
 
 use crate::validate::{self, VersionsError};
 
-/// `PluginInfo.type`, as `GetInfo` answers it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// Upstream's `supportedVersions`: what a CSI driver advertises by default.
+const CSI_DEFAULT_VERSIONS: &[&str] = &["1.0.0"];
+
+/// `PluginInfo.type`, as `GetInfo` answers it; spelled the same way in
+/// `--plugin-type` and in a policy context.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
 pub enum PluginType {
     /// A CSI driver (`CSIPlugin`): named by its Identity service, versions
     /// are semantic versions with a 1.x among them.
     #[default]
     #[serde(rename = "CSIPlugin")]
+    #[value(name = "CSIPlugin")]
     Csi,
     /// A Dynamic Resource Allocation driver (`DRAPlugin`): named by
     /// `--driver-name`, versions are the gRPC services it serves.
     #[serde(rename = "DRAPlugin")]
+    #[value(name = "DRAPlugin")]
     Dra,
 }
 
 impl PluginType {
-    /// `--plugin-type`'s value; `None` for any other.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "CSIPlugin" => Some(PluginType::Csi),
-            "DRAPlugin" => Some(PluginType::Dra),
-            _ => None,
-        }
-    }
-
     /// The type as the kubelet reads it (`registerapi.CSIPlugin`, `registerapi.DRAPlugin`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -43,7 +50,7 @@ impl PluginType {
     /// optional health service a driver may not serve.
     pub fn default_versions(self) -> Vec<String> {
         let versions: &[&str] = match self {
-            PluginType::Csi => crate::policy::DEFAULT_SUPPORTED_VERSIONS,
+            PluginType::Csi => CSI_DEFAULT_VERSIONS,
             PluginType::Dra => validate::DRA_SERVICES,
         };
         versions.iter().map(|v| (*v).to_owned()).collect()
@@ -74,8 +81,12 @@ mod tests {
 
     #[test]
     fn each_type_takes_its_own_kind_of_version_and_says_what_the_other_kind_is() {
-        assert_eq!(PluginType::parse("DRAPlugin"), Some(PluginType::Dra));
-        assert_eq!(PluginType::parse("dra"), None);
+        use clap::ValueEnum as _;
+        assert_eq!(
+            PluginType::from_str("DRAPlugin", false),
+            Ok(PluginType::Dra)
+        );
+        assert!(PluginType::from_str("dra", false).is_err());
         assert!(
             PluginType::Csi
                 .check_versions(&PluginType::Csi.default_versions())

@@ -63,7 +63,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
     // The downward API's pod UID, for DRA rolling updates; a CSI driver's pod
     // may well have POD_UID set for other reasons, so only DRA reads it.
     let mut flags = flags;
-    if flags.pod_uid.is_empty() && flags.plugin_type == "DRAPlugin" {
+    if flags.pod_uid.is_empty() && flags.plugin_type == crate::plugin_type::PluginType::Dra {
         flags.pod_uid = std::env::var("POD_UID").unwrap_or_default();
     }
     let config = match Config::from_flags(&flags, node_name) {

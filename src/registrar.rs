@@ -53,8 +53,6 @@ pub(crate) struct Registrar {
     /// When the verdict on the registration the kubelet started (its GetInfo)
     /// is overdue (`None`: none pending, or `--notify-timeout=0`).
     notify_due: Option<Instant>,
-    /// Verdicts missed in a row: each doubles the next wait.
-    notify_missed: u32,
 }
 
 impl Registrar {
@@ -83,7 +81,6 @@ impl Registrar {
             streak: None,
             retry_at: None,
             notify_due: None,
-            notify_missed: 0,
         }
     }
 
@@ -150,10 +147,15 @@ impl Registrar {
         self.listen(&current, "retry")
     }
 
+    /// Verdicts missed in a row, as the state records them (a verdict clears it).
+    fn notify_missed(&self) -> u32 {
+        self.state.get().notify_missed.map_or(0, |m| m.times)
+    }
+
     /// How long the kubelet's verdict is waited for after its GetInfo: the
     /// `--notify-timeout`, doubled for each verdict missed in a row (up to 8 times).
     fn notify_wait(&self) -> Option<Duration> {
-        let doubling = 1u32 << self.notify_missed.min(3);
+        let doubling = 1u32 << self.notify_missed().min(3);
         self.config
             .notify_timeout
             .map(|t| t.saturating_mul(doubling))
@@ -175,15 +177,15 @@ impl Registrar {
     fn on_notify_missed(&mut self) -> Result<(), AppError> {
         let waited = self.notify_wait().unwrap_or_default();
         self.notify_due = None;
-        self.notify_missed += 1;
-        self.state.notify_missed(self.notify_missed, waited);
+        let times = self.notify_missed() + 1;
+        self.state.notify_missed(times, waited);
         if !self.state.get().serving {
             // Standing by for a newer instance, or backing off: no socket of ours to renew.
             return Ok(());
         }
         tracing::warn!(
             waited = ?waited,
-            times = self.notify_missed,
+            times,
             next_wait = ?self.notify_wait().unwrap_or_default(),
             "The kubelet asked for the plugin's info but sent no NotifyRegistrationStatus; creating the registration socket again so that it registers anew"
         );
@@ -194,7 +196,6 @@ impl Registrar {
     /// The kubelet's verdict. `Some(code)`: the policy decided to exit.
     async fn on_verdict(&mut self, verdict: Verdict) -> Result<Option<u8>, AppError> {
         self.notify_due = None;
-        self.notify_missed = 0;
         let Verdict { registered, error } = verdict;
         self.state.verdict(registered, &error);
         if registered {

@@ -5,9 +5,6 @@ use std::time::Duration;
 
 use crate::plugin_type::PluginType;
 
-/// The default `supported_versions` (upstream's `supportedVersions`).
-pub(crate) const DEFAULT_SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
-
 /// The exit code upstream uses for every runtime failure.
 pub(crate) const EXIT_FAILURE: u8 = 1;
 

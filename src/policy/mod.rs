@@ -32,10 +32,10 @@ pub(crate) mod source;
 pub(crate) mod wasm;
 
 pub use chain::{CallError, Chain, PluginHooks};
+pub(crate) use decision::EXIT_FAILURE;
 pub use decision::{
     Context, DefaultPolicy, Failure, FailureAction, Policy, PolicyError, Registration,
 };
-pub(crate) use decision::{DEFAULT_SUPPORTED_VERSIONS, EXIT_FAILURE};
 pub use file::PolicyFileError;
 pub use hook::Hook;
 pub use load::LoadError;

@@ -15,7 +15,7 @@ mod service;
 mod slot;
 mod socket;
 
-pub(crate) use service::{CSI_PLUGIN_TYPE, SELF_PROBE};
+pub(crate) use service::SELF_PROBE;
 pub use service::{KubeletCall, RegistrationService, Verdict};
 pub(crate) use slot::{AbortOnDrop, Listened, Slot};
 pub(crate) use socket::remove_live_sockets;

@@ -18,9 +18,6 @@ use crate::proto::registration::{
 };
 use crate::state::StateReader;
 
-/// The plugin type the kubelet routes to its CSI handler.
-pub(crate) const CSI_PLUGIN_TYPE: &str = "CSIPlugin";
-
 /// Metadata our own `/healthz` sends with its GetInfo, so that it is not taken
 /// for the kubelet's (which starts the wait for a NotifyRegistrationStatus).
 pub(crate) const SELF_PROBE: &str = "x-csi-registrar-self-probe";

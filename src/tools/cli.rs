@@ -183,8 +183,8 @@ pub(super) struct RunArgs {
     #[arg(long)]
     pub(super) kubelet_registration_path: Option<String>,
     /// The kubelet plugin type the plugin serves (`registrar-info`), as `--plugin-type`.
-    #[arg(long, value_parser = ["CSIPlugin", "DRAPlugin"])]
-    pub(super) plugin_type: Option<String>,
+    #[arg(long, value_enum)]
+    pub(super) plugin_type: Option<crate::plugin_type::PluginType>,
     /// `current` for driver-name and endpoint (default: from the context, as at start-up).
     #[arg(long)]
     pub(super) current: Option<String>,

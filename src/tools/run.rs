@@ -48,7 +48,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(t) = plugin_type {
-        ctx.plugin_type = crate::plugin_type::PluginType::parse(&t).unwrap_or_default();
+        ctx.plugin_type = t;
     }
     let cfg = PluginConfig {
         settings_json: settings.json()?,

@@ -13,6 +13,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
+use crate::plugin_type::PluginType;
 use crate::proto::csi::{
     GetPluginInfoRequest, GetPluginInfoResponse, NodeGetInfoRequest, NodeGetInfoResponse,
     ProbeRequest, ProbeResponse, Topology,
@@ -23,7 +24,6 @@ use crate::proto::csi::{
 use crate::proto::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, registration_client::RegistrationClient,
 };
-use crate::registration::CSI_PLUGIN_TYPE;
 use crate::validate::{KubeletVersion, highest_supported_version};
 
 /// How the stand-in driver answers.
@@ -292,7 +292,7 @@ impl FakeKubelet {
         }
 
         let mut node_id = None;
-        let error = if info.r#type != CSI_PLUGIN_TYPE {
+        let error = if info.r#type != PluginType::Csi.as_str() {
             format!(
                 "RegisterPlugin error -- no handler registered for plugin type: {} at socket {}",
                 info.r#type,

@@ -58,11 +58,11 @@ func (w *world) sockets() []string {
 
 // refusedOnce starts a kubelet and a driver whose first NodeGetInfo the
 // kubelet's CSI handler refuses.
-func refusedOnce(t *testing.T, driver string) (*world, *csiDriver) {
+func refusedOnce(t *testing.T, driver string) *world {
 	w := startKubelet(t)
 	d := startCSIDriver(t, w.csiSock, driver, "v1.0.0", nodeName)
 	d.refusals.Store(1)
-	return w, d
+	return w
 }
 
 // registeredOnce checks the end state: the driver registered, by one socket.
@@ -76,7 +76,7 @@ func registeredOnce(t *testing.T, w *world, driver string) {
 
 func TestARefusalThenSuccessUnderTheBuiltInExitPolicy(t *testing.T) {
 	const driver = "exit.csi.example.com"
-	w, _ := refusedOnce(t, driver)
+	w := refusedOnce(t, driver)
 	r := startRegistrar(t, w.args()...)
 	r.waitLog(0, "Registration process failed with error", "driverNodeID must not be empty")
 	if code := r.wait(); code != 1 {
@@ -94,7 +94,7 @@ func TestARefusalThenSuccessUnderTheBuiltInExitPolicy(t *testing.T) {
 
 func TestARefusalThenSuccessUnderTheRetryBackoffExample(t *testing.T) {
 	const driver = "retry.csi.example.com"
-	w, _ := refusedOnce(t, driver)
+	w := refusedOnce(t, driver)
 	policy := examplePolicy(t, w.dir, "RETRY_BACKOFF_WASM", "retry-backoff",
 		"[policy]\nmin_retry_ms = 100", "initial_delay_ms = 200\nmax_attempts = 3")
 	r := startRegistrar(t, w.args("--policy-config="+policy)...)
@@ -109,7 +109,7 @@ func TestARefusalThenSuccessUnderTheRetryBackoffExample(t *testing.T) {
 
 func TestARefusalThenSuccessUnderTheIgnoreRefusalsExample(t *testing.T) {
 	const driver = "ignore.csi.example.com"
-	w, _ := refusedOnce(t, driver)
+	w := refusedOnce(t, driver)
 	policy := examplePolicy(t, w.dir, "IGNORE_REFUSALS_WASM", "ignore-refusals",
 		"", "matching = [\"driverNodeID must not be empty\"]\nmax_attempts = 3")
 	r := startRegistrar(t, w.args("--policy-config="+policy)...)

@@ -105,18 +105,24 @@ impl WasmPlugin {
         )
     }
 
-    /// One hook call: the plugin's `policy-error` becomes [`CallError::Plugin`].
+    /// One hook call for `ctx`, which `f` gets as the WIT context (and the
+    /// host's `registrar-info` answers from): the plugin's `policy-error`
+    /// becomes [`CallError::Plugin`].
     fn hook<R>(
         &self,
         hook: Hook,
-        plugin_type: PluginType,
+        ctx: &Context,
         f: impl AsyncFnOnce(
             &mut Store<HostState>,
             &Instance,
+            &RegistrationContext,
         ) -> wasmtime::Result<Result<R, PolicyError>>,
     ) -> Result<R, CallError> {
-        self.call(hook.as_str(), plugin_type, f)?
-            .map_err(|e| CallError::Plugin(bounded(e.message, MAX_LOG_MESSAGE)))
+        let wit_ctx = self.context(ctx);
+        self.call(hook.as_str(), ctx.plugin_type, async |store, instance| {
+            f(store, instance, &wit_ctx).await
+        })?
+        .map_err(|e| CallError::Plugin(bounded(e.message, MAX_LOG_MESSAGE)))
     }
 
     fn context(&self, ctx: &Context) -> RegistrationContext {
@@ -196,12 +202,10 @@ impl PluginHooks for WasmPlugin {
             .driver_name
             .as_ref()
             .ok_or_else(|| missing(Hook::DriverName))?;
-        let plugin_type = ctx.plugin_type;
-        let ctx = self.context(ctx);
-        let answer = self.hook(Hook::DriverName, plugin_type, async |store, instance| {
+        let answer = self.hook(Hook::DriverName, ctx, async |store, instance, ctx| {
             let guest = idx.load(&mut *store, instance)?;
             guest
-                .call_rewrite_driver_name(&mut *store, &ctx, current)
+                .call_rewrite_driver_name(&mut *store, ctx, current)
                 .await
         })?;
         Ok(match answer {
@@ -220,12 +224,10 @@ impl PluginHooks for WasmPlugin {
             .versions
             .as_ref()
             .ok_or_else(|| missing(Hook::Versions))?;
-        let plugin_type = ctx.plugin_type;
-        let ctx = self.context(ctx);
-        self.hook(Hook::Versions, plugin_type, async |store, instance| {
+        self.hook(Hook::Versions, ctx, async |store, instance, ctx| {
             let guest = idx.load(&mut *store, instance)?;
             guest
-                .call_supported_versions(&mut *store, &ctx, current)
+                .call_supported_versions(&mut *store, ctx, current)
                 .await
         })
     }
@@ -236,11 +238,9 @@ impl PluginHooks for WasmPlugin {
             .endpoint
             .as_ref()
             .ok_or_else(|| missing(Hook::Endpoint))?;
-        let plugin_type = ctx.plugin_type;
-        let ctx = self.context(ctx);
-        let answer = self.hook(Hook::Endpoint, plugin_type, async |store, instance| {
+        let answer = self.hook(Hook::Endpoint, ctx, async |store, instance, ctx| {
             let guest = idx.load(&mut *store, instance)?;
-            guest.call_map_endpoint(&mut *store, &ctx, current).await
+            guest.call_map_endpoint(&mut *store, ctx, current).await
         })?;
         Ok(match answer {
             endpoint::EndpointDecision::Keep => None,
@@ -254,18 +254,16 @@ impl PluginHooks for WasmPlugin {
             .failure
             .as_ref()
             .ok_or_else(|| missing(Hook::Failure))?;
-        let plugin_type = ctx.plugin_type;
-        let ctx = self.context(ctx);
         let input = failure::RegistrationFailure {
             source: failure::FailureSource::KubeletRejected,
             error: f.error.clone(),
             attempt: f.attempt,
             elapsed_ms: u64::try_from(f.elapsed.as_millis()).unwrap_or(u64::MAX),
         };
-        let answer = self.hook(Hook::Failure, plugin_type, async |store, instance| {
+        let answer = self.hook(Hook::Failure, ctx, async |store, instance, ctx| {
             let guest = idx.load(&mut *store, instance)?;
             guest
-                .call_on_registration_failure(&mut *store, &ctx, &input)
+                .call_on_registration_failure(&mut *store, ctx, &input)
                 .await
         })?;
         Ok(match answer {
