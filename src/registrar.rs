@@ -349,18 +349,18 @@ async fn driver_event(driver: Option<&Driver>, watch: &mut Option<DriverWatch>) 
     }
 }
 
-/// Loads the policy the configuration names, on the blocking pool (compiling
-/// plugins must not stall the loop). The outer error is a panic.
+/// Loads the policy the configuration names: fetching on this runtime,
+/// compiling on its blocking pool (compiling must not stall the loop). The
+/// outer error is a panic.
 pub(crate) async fn load(
     config: &Config,
     state: &State,
 ) -> Result<Result<Arc<dyn Policy>, AppError>, AppError> {
-    let (file, metrics) = (config.policy_config.clone(), state.metrics().clone());
-    let plugin_type = config.plugin_type;
-    blocking("policy loading", move || {
-        policy::load(file.as_deref(), plugin_type, &metrics).map_err(AppError::from)
-    })
-    .await
+    let file = config.policy_config.as_deref();
+    match policy::load(file, config.plugin_type, state.metrics()).await {
+        Err(policy::LoadError::Panicked) => Err(AppError::Panicked("policy loading")),
+        other => Ok(other.map_err(AppError::from)),
+    }
 }
 
 /// Runs `f` on the blocking pool (plugin calls and compilation must not stall

@@ -50,8 +50,18 @@ pub use crate::error::AppError;
 #[cfg(feature = "wasm")]
 pub mod wasm {
     pub use crate::policy::wasm::cache::CacheKey;
-    pub use crate::policy::wasm::{Host, WasmPlugin, load_chain};
+    pub use crate::policy::wasm::{Host, WasmPlugin};
     pub use crate::tools::author::{Inspection, inspect, unpinned};
+
+    /// Loads a policy file's plugins as the registrar does (its two steps:
+    /// fetch, then compile and link), from synchronous code.
+    pub fn load_chain(
+        cfg: &crate::policy::file::PolicyFile,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Result<crate::policy::Chain, crate::policy::PluginLoadError> {
+        let components = crate::policy::fetch::run_blocking(crate::policy::load::fetch_all(cfg));
+        crate::policy::wasm::load_chain(cfg, components, metrics)
+    }
 }
 
 /// Generous: CI machines are slow and shared, and nothing here waits this

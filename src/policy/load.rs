@@ -24,10 +24,31 @@ pub enum LoadError {
         "policy file {0} names plugins, but this build has no WebAssembly policy host (built without the `wasm` feature): use an image built with it, or remove the [[plugin]] entries"
     )]
     NoWasmHost(PathBuf),
+    /// Compiling panicked.
+    #[error("loading the policy plugins panicked")]
+    Panicked,
 }
 
-/// Loads the policy `file` names (`None`: the built-in policy).
-pub(crate) fn load(
+/// Every plugin's component, in the file's order (the first step of loading).
+#[cfg(feature = "wasm")]
+pub(crate) async fn fetch_all(
+    policy: &PolicyFile,
+) -> Vec<Result<Vec<u8>, super::wasm::PluginLoadError>> {
+    let mut components = Vec::with_capacity(policy.plugins.len());
+    for p in &policy.plugins {
+        components.push(
+            super::fetch::component(p)
+                .await
+                .map_err(|e| p.source_error(e)),
+        );
+    }
+    components
+}
+
+/// Loads the policy `file` names (`None`: the built-in policy), in two
+/// steps: every plugin's component is fetched (async, on this runtime: files,
+/// registries), then compiled and linked on the blocking pool.
+pub(crate) async fn load(
     file: Option<&Path>,
     plugin_type: PluginType,
     metrics: &Arc<Metrics>,
@@ -45,7 +66,13 @@ pub(crate) fn load(
     }
     #[cfg(feature = "wasm")]
     {
-        let chain = super::wasm::load_chain(&policy, metrics.clone())?;
+        let components = fetch_all(&policy).await;
+        let metrics = metrics.clone();
+        let chain = tokio::task::spawn_blocking(move || {
+            super::wasm::load_chain(&policy, components, metrics)
+        })
+        .await
+        .map_err(|_| LoadError::Panicked)??;
         tracing::info!(plugins = ?chain.plugin_ids(), "Policy plugins loaded");
         Ok(Arc::new(chain))
     }

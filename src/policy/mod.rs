@@ -7,11 +7,13 @@
 //! - `hook`: the one table of hooks a plugin can implement.
 //! - `file`: the policy file (TOML).
 //! - `source`: where a plugin comes from (a pinned file or OCI artefact);
+//!   `fetch`: its bytes from there (async), the first step of loading;
 //!   `oci` (feature `oci`): pulling and pushing those artefacts.
 //! - `chain`: plugins in TOML order in front of the built-in policy.
 //! - `load`: a policy file into a policy.
 //! - `wasm` (feature `wasm`): the wasmtime host.
 //! - `read`: bounded reads of regular files.
+//! - `digest`: content digests, parsed where they enter.
 //!
 //! The name, endpoint and versions are decided once at start-up
 //! ([`Policy::registration`]) so that `GetInfo` never waits on a plugin; the
@@ -21,9 +23,11 @@
 
 mod chain;
 mod decision;
+mod digest;
+pub(crate) mod fetch;
 pub(crate) mod file;
 mod hook;
-mod load;
+pub(crate) mod load;
 #[cfg(feature = "oci")]
 pub(crate) mod oci;
 pub(crate) mod read;
@@ -36,6 +40,8 @@ pub(crate) use decision::EXIT_FAILURE;
 pub use decision::{
     Context, DefaultPolicy, Failure, FailureAction, Policy, PolicyError, Registration,
 };
+pub(crate) use digest::{Digest, DigestError};
+pub(crate) use fetch::SourceError;
 pub use file::PolicyFileError;
 pub use hook::Hook;
 pub use load::LoadError;

@@ -1,9 +1,5 @@
 //! Reading the files a policy names: regular files of a bounded size only.
 
-/// The most a plugin component file may hold (the Python and JavaScript
-/// examples are under 20 MB).
-#[cfg(feature = "wasm")]
-pub(crate) const MAX_PLUGIN_FILE: u64 = 256 << 20;
 /// The most a policy file may hold.
 pub(crate) const MAX_POLICY_FILE: u64 = 1 << 20;
 

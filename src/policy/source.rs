@@ -7,6 +7,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::digest::Digest;
+
 /// The most a pull may take unless the policy file says otherwise.
 pub(crate) const DEFAULT_PULL_TIMEOUT_MS: u64 = 120_000;
 /// The largest layer (and extracted component) a pull accepts unless the
@@ -106,8 +108,8 @@ pub struct OciReference {
     pub repository: String,
     /// A tag, shown but not trusted when a digest is given.
     pub tag: Option<String>,
-    /// `sha256:<64 hex>`: the manifest's digest.
-    pub digest: Option<String>,
+    /// The manifest's digest.
+    pub digest: Option<Digest>,
 }
 
 impl fmt::Display for OciReference {
@@ -170,7 +172,7 @@ impl OciReference {
         }
         let digest = match digest {
             None => None,
-            Some(d) => Some(parse_digest(d).map_err(|m| format!("{text:?}: {m}"))?),
+            Some(d) => Some(Digest::parse(d).map_err(|m| format!("{text:?}: {m}"))?),
         };
         Ok(OciReference {
             registry: registry.to_owned(),
@@ -192,21 +194,6 @@ impl OciReference {
     }
 }
 
-/// `sha256:<64 lowercase hex>`, as OCI writes a digest.
-pub(crate) fn parse_digest(d: &str) -> Result<String, String> {
-    let Some(hex) = d.strip_prefix("sha256:") else {
-        return Err(format!(
-            "digest {d:?} is not sha256:<64 hex digits> (the only algorithm accepted)"
-        ));
-    };
-    if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return Err(format!(
-            "digest {d:?} is not sha256:<64 lowercase hex digits>"
-        ));
-    }
-    Ok(d.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,7 +207,7 @@ mod tests {
         assert_eq!(r.registry, "127.0.0.1:5000");
         assert_eq!(r.repository, "team/pool");
         assert_eq!(r.tag.as_deref(), Some("1.0"));
-        assert_eq!(r.digest.as_deref(), Some(D));
+        assert_eq!(r.digest.map(|d| d.to_string()).as_deref(), Some(D));
         assert_eq!(r.to_string(), format!("127.0.0.1:5000/team/pool:1.0@{D}"));
         let r = OciReference::parse("ghcr.io/org/p").unwrap();
         assert_eq!((r.tag, r.digest), (None, None));
@@ -245,8 +232,16 @@ mod tests {
         let err = OciReference::parse("ghcr.io/Org/p").unwrap_err();
         assert!(err.contains("repository \"Org/p\" is not valid"), "{err}");
         let err = OciReference::parse("ghcr.io/org/p@md5:00").unwrap_err();
-        assert!(err.contains("only algorithm accepted"), "{err}");
+        assert!(
+            err.contains("uses md5, which this registrar does not support"),
+            "{err}"
+        );
         let err = OciReference::parse("ghcr.io/org/p@sha256:00").unwrap_err();
         assert!(err.contains("64 lowercase hex"), "{err}");
+        let err = OciReference::parse("ghcr.io/org/p@sha256:../../etc/passwd").unwrap_err();
+        assert!(
+            err.contains("is not sha256:<64 lowercase hex digits>"),
+            "{err}"
+        );
     }
 }

@@ -9,11 +9,12 @@ use sha2::{Digest, Sha256};
 
 use crate::metrics::Metrics;
 use crate::plugin_type::PluginType;
+use crate::policy::fetch::component_blocking;
 use crate::policy::file::{
     DEFAULT_MAX_RETRY_MS, DEFAULT_MEMORY_LIMIT_MIB, DEFAULT_MIN_RETRY_MS, DEFAULT_TIMEOUT_MS, Mode,
     OnError, PluginConfig,
 };
-use crate::policy::wasm::{Host, WIT_PACKAGE, cache, check_is_component, read_source};
+use crate::policy::wasm::{Host, WIT_PACKAGE, cache, check_is_component};
 use crate::policy::{
     Chain, Context, Failure, Hook, OciReference, OciSource, PluginLoadError, PluginSource,
     PolicyError, Registration, RegistryOptions,
@@ -143,7 +144,8 @@ pub(crate) fn chain_of(
         hooks: Some([hook].into()),
         ..cfg
     };
-    let plugin = host.load(&cfg, cache)?;
+    let wasm = component_blocking(&cfg).map_err(|e| cfg.source_error(e))?;
+    let plugin = host.load(&cfg, &wasm, cache)?;
     Ok(Chain::new(
         vec![Box::new(plugin)],
         Duration::from_millis(DEFAULT_MIN_RETRY_MS),
@@ -238,7 +240,8 @@ pub struct Inspection {
 /// Compiles a component (once) and describes it; fails as loading would.
 pub fn inspect(host: &Arc<Host>, path: &Path) -> Result<Inspection, PluginLoadError> {
     let cfg = unpinned(path);
-    let (plugin, wasm) = host.prepare(&cfg, None)?;
+    let wasm = component_blocking(&cfg).map_err(|e| cfg.source_error(e))?;
+    let plugin = host.prepare(&cfg, &wasm, None)?;
     let ty = plugin.component().component_type();
     let exports = ty
         .exports(host.engine())
@@ -286,7 +289,7 @@ pub(crate) fn precompile_config(
     cache_dir: &Path,
     key: &cache::CacheKey,
 ) -> Result<PathBuf, PluginLoadError> {
-    let wasm = read_source(cfg).map_err(|m| cfg.error(m))?;
+    let wasm = component_blocking(cfg).map_err(|e| cfg.source_error(e))?;
     check_is_component(&wasm).map_err(|m| cfg.error(m))?;
     let digest: [u8; 32] = Sha256::digest(&wasm).into();
     cache::load_or_compile(host.engine(), cache_dir, key, &wasm, &digest)

@@ -4,11 +4,12 @@
 use std::path::Path;
 
 use super::author;
+use crate::policy::fetch::{read_component, run_blocking};
 use crate::policy::oci::{self, ComponentInfo};
-use crate::policy::{OciReference, PluginSource};
+use crate::policy::{Digest, OciReference, PluginSource};
 
 /// The line to paste into a `[[plugin]]` entry.
-fn pinned_line(reference: &OciReference, digest: &str) -> String {
+fn pinned_line(reference: &OciReference, digest: &Digest) -> String {
     let repo = match &reference.tag {
         Some(t) => format!("{}/{}:{t}", reference.registry, reference.repository),
         None => format!("{}/{}", reference.registry, reference.repository),
@@ -25,8 +26,7 @@ pub(super) fn push(wasm: &Path, reference: &str) -> anyhow::Result<()> {
     }
     // Only what the registrar would load is pushed.
     let inspection = author::inspect(&author::host()?, wasm)?;
-    let bytes = crate::policy::wasm::read_component(wasm)
-        .map_err(|m| anyhow::anyhow!("{}: {m}", wasm.display()))?;
+    let bytes = read_component(wasm).map_err(|m| anyhow::anyhow!("{}: {m}", wasm.display()))?;
     let info = ComponentInfo {
         exports: inspection.exports.clone(),
         imports: inspection.imports.clone(),
@@ -41,7 +41,7 @@ pub(super) fn push(wasm: &Path, reference: &str) -> anyhow::Result<()> {
         PluginSource::Oci(o) => o.registry,
         PluginSource::File { .. } => unreachable!("an oci:// argument"),
     };
-    let digest = oci::push(bytes, &info, &reference, &options).map_err(anyhow::Error::msg)?;
+    let digest = run_blocking(oci::push(bytes, &info, &reference, &options))?;
     eprintln!(
         "pushed {} ({} {}, {} bytes, sha256 {}) to {reference}",
         wasm.display(),
@@ -65,10 +65,13 @@ pub(super) fn pull(reference: &str, output: Option<&Path>) -> anyhow::Result<()>
     else {
         unreachable!("an oci:// argument")
     };
-    let digest = oci::resolve(&source.reference, &source.registry, &source.store)
-        .map_err(anyhow::Error::msg)?;
-    source.reference.digest = Some(digest.clone());
-    let pulled = oci::fetch(&source).map_err(anyhow::Error::msg)?;
+    let digest = run_blocking(oci::resolve(
+        &source.reference,
+        &source.registry,
+        &source.store,
+    ))?;
+    source.reference.digest = Some(digest);
+    let pulled = run_blocking(oci::fetch(&source))?;
     // Loaded as the registrar would, from the pinned reference.
     let pinned = format!("oci://{}", source.reference);
     let inspection = author::inspect(&author::host()?, Path::new(&pinned))?;

@@ -11,7 +11,9 @@ pub(super) fn run(wasm: &Path, settings: &SettingsArgs) -> anyhow::Result<()> {
         settings_json: settings.json()?,
         ..author::unpinned(wasm)
     };
-    let plugin = author::host()?.load(&cfg, None)?;
+    let component =
+        crate::policy::fetch::component_blocking(&cfg).map_err(|e| cfg.source_error(e))?;
+    let plugin = author::host()?.load(&cfg, &component, None)?;
     let hooks: Vec<_> = plugin.exported_hooks().iter().map(|h| h.as_str()).collect();
     println!(
         "ok: {} loads with these settings; hooks: {}",

@@ -9,9 +9,12 @@
 //! An index (a multi-platform image) points to one manifest per platform.
 
 use std::io::Read;
-use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Deserialize;
+
+use super::store::HashingReader;
+use crate::policy::Digest;
 
 /// The CNCF wasm artefact's config.
 pub(super) const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
@@ -21,6 +24,14 @@ pub(super) const WASM_LAYER: &str = "application/wasm";
 pub(super) const OLD_WASM_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
 /// An OCI image manifest.
 pub(super) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The manifest types a platform's manifest may be (an index entry's too).
+const MANIFESTS: [&str; 2] = [
+    OCI_MANIFEST,
+    "application/vnd.docker.distribution.manifest.v2+json",
+];
+/// The most layers an image may have: a plugin image is `FROM scratch` and a
+/// `COPY`, and a base image's dozens are far below this.
+pub(super) const MAX_LAYERS: usize = 128;
 const INDEXES: [&str; 2] = [
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -38,7 +49,7 @@ const TAR_LAYERS: [&str; 5] = [
 #[serde(rename_all = "camelCase")]
 pub(super) struct Descriptor {
     pub(super) media_type: String,
-    pub(super) digest: String,
+    pub(super) digest: Digest,
     pub(super) size: u64,
     #[serde(default)]
     platform: Option<Platform>,
@@ -93,7 +104,30 @@ pub(super) fn plan(bytes: &[u8], path_in_image: Option<&str>, max: u64) -> Resul
                 m.media_type
             ));
         }
-        return choose_platform(&entries).map(Plan::Index);
+        let chosen = choose_platform(&entries)?;
+        if !MANIFESTS.contains(&chosen.media_type.as_str()) {
+            return Err(format!(
+                "its entry {} is a {:?}, not an image manifest ({})",
+                chosen.digest,
+                chosen.media_type,
+                MANIFESTS.join(" or ")
+            ));
+        }
+        return Ok(Plan::Index(chosen));
+    }
+    if let Some(t) = m.media_type.as_deref()
+        && !MANIFESTS.contains(&t)
+    {
+        return Err(format!(
+            "the manifest is a {t:?}, not an image manifest ({}) or an index",
+            MANIFESTS.join(" or ")
+        ));
+    }
+    if m.layers.len() > MAX_LAYERS {
+        return Err(format!(
+            "it has {} layers, more than the {MAX_LAYERS} a plugin's image may have",
+            m.layers.len()
+        ));
     }
     let too_big = |d: &Descriptor| d.size > max;
     let wasm: Vec<&Descriptor> = m
@@ -169,6 +203,13 @@ pub(super) fn plan(bytes: &[u8], path_in_image: Option<&str>, max: u64) -> Resul
             big.digest, big.size
         ));
     }
+    let total = tars.iter().fold(0u64, |t, d| t.saturating_add(d.size));
+    if total > max {
+        return Err(format!(
+            "its {} layers are {total} bytes together, more than the {max} allowed (pull_max_mib)",
+            tars.len()
+        ));
+    }
     Ok(Plan::Image(tars))
 }
 
@@ -216,6 +257,7 @@ fn normalize(p: &str) -> &str {
     loop {
         let next = p.trim_start_matches('/');
         let next = next.strip_prefix("./").unwrap_or(next);
+        let next = next.trim_end_matches('/');
         if next == p {
             return p;
         }
@@ -223,78 +265,205 @@ fn normalize(p: &str) -> &str {
     }
 }
 
-/// The file `path_in_image` from a container image's layers (blobs on disk,
-/// bottom first), as the image's file system holds it: a later layer's copy
-/// wins, and a whiteout removes it.
-pub(super) fn extract(layers: &[&Path], path_in_image: &str, max: u64) -> Result<Vec<u8>, String> {
+/// Whether `ancestor` is `path` or a directory above it.
+fn covers(ancestor: &str, path: &str) -> bool {
+    ancestor.is_empty()
+        || path == ancestor
+        || path
+            .strip_prefix(ancestor)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// One layer blob, opened from the store, to look for the file in.
+pub(super) struct Layer {
+    /// Its digest: what it read must hash to.
+    pub(super) digest: Digest,
+    /// The blob.
+    pub(super) file: std::fs::File,
+}
+
+/// Counts what is decompressed against the pull's bound, and stops when the
+/// pull's deadline has passed.
+struct Budget<'a, R> {
+    inner: R,
+    left: &'a mut u64,
+    max: u64,
+    cancelled: &'a AtomicBool,
+}
+
+impl<R: Read> Read for Budget<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.cancelled.load(Ordering::Relaxed) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the pull's deadline passed (pull_timeout_ms); stopped reading",
+            ));
+        }
+        let n = self.inner.read(buf)?;
+        if n as u64 > *self.left {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::QuotaExceeded,
+                format!(
+                    "the layers decompress to more than the {} bytes allowed (pull_max_mib); stopped reading",
+                    self.max
+                ),
+            ));
+        }
+        *self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// What one layer says of the file.
+#[derive(Default)]
+struct Seen {
+    /// The file, if this layer has it (the last entry of that path wins).
+    file: Option<Result<Vec<u8>, String>>,
+    /// Why lower layers' copies are hidden: a whiteout of it or of a
+    /// directory above it, an opaque directory above it, or a non-directory
+    /// in place of a directory above it.
+    hides: Option<String>,
+}
+
+/// The file `path_in_image` from a container image's layers (bottom first),
+/// as the OCI image spec's changeset rules apply them: the topmost layer that
+/// has the file gives it; a whiteout (`.wh.NAME`), an opaque directory
+/// (`.wh..wh..opq`) or a non-directory above it, in some layer, hides the
+/// copies of the layers below that one (never its own layer's). Layers are
+/// read top down, only as far as needed. Each is hashed again as it is read
+/// (it must still have its digest), everything decompressed counts against
+/// `max`, and reading stops once `cancelled` is set.
+pub(super) fn extract(
+    layers: Vec<Layer>,
+    path_in_image: &str,
+    max: u64,
+    cancelled: &AtomicBool,
+) -> Result<Vec<u8>, String> {
     let want = normalize(path_in_image);
-    let (dir, name) = match want.rsplit_once('/') {
-        Some((d, n)) => (format!("{d}/"), n),
-        None => (String::new(), want),
-    };
-    let whiteout = format!("{dir}.wh.{name}");
-    let mut found: Option<Vec<u8>> = None;
-    for (i, layer) in layers.iter().enumerate() {
-        let file = std::fs::File::open(layer).map_err(|e| format!("cannot read layer {i}: {e}"))?;
-        let mut head = [0u8; 2];
-        let gz = {
-            let mut f = &file;
-            let n = f.read(&mut head).unwrap_or(0);
-            n == 2 && head == [0x1f, 0x8b]
-        };
-        let file = std::fs::File::open(layer).map_err(|e| format!("cannot read layer {i}: {e}"))?;
-        let reader: Box<dyn Read> = if gz {
-            Box::new(flate2::read::GzDecoder::new(file))
+    let count = layers.len();
+    let mut left = max;
+    for (i, layer) in layers.into_iter().enumerate().rev() {
+        let n = i + 1;
+        let mut raw = std::io::BufReader::new(layer.file);
+        let gz = std::io::BufRead::fill_buf(&mut raw)
+            .map_err(|e| format!("cannot read layer {n}: {e}"))?
+            .starts_with(&[0x1f, 0x8b]);
+        let mut hashing = HashingReader::new(raw);
+        let inner: Box<dyn Read + '_> = if gz {
+            Box::new(flate2::read::GzDecoder::new(&mut hashing))
         } else {
-            Box::new(file)
+            Box::new(&mut hashing)
         };
-        let mut archive = tar::Archive::new(reader);
-        let entries = archive
-            .entries()
-            .map_err(|e| format!("layer {} is not a tar archive: {e}", i + 1))?;
-        for entry in entries {
-            let mut entry =
-                entry.map_err(|e| format!("layer {} is not a tar archive: {e}", i + 1))?;
-            let path = entry
-                .path()
-                .map_err(|e| format!("layer {}: {e}", i + 1))?
-                .to_string_lossy()
-                .into_owned();
-            let path = normalize(&path);
-            if path == whiteout {
-                found = None;
-                continue;
-            }
-            if path != want {
-                continue;
-            }
-            let kind = entry.header().entry_type();
-            if !kind.is_file() {
-                return Err(format!(
-                    "{path_in_image} in layer {} is not a regular file ({kind:?}): COPY the component itself into the image",
-                    i + 1
-                ));
-            }
-            if entry.size() > max {
-                return Err(format!(
-                    "{path_in_image} is {} bytes, more than the {max} allowed (pull_max_mib)",
-                    entry.size()
-                ));
-            }
-            let mut bytes = Vec::with_capacity(entry.size() as usize);
-            (&mut entry)
-                .take(max + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| format!("layer {}: {e}", i + 1))?;
-            found = Some(bytes);
+        let budget = Budget {
+            inner,
+            left: &mut left,
+            max,
+            cancelled,
+        };
+        let seen = scan(budget, want, path_in_image, n, max)?;
+        std::io::copy(&mut hashing, &mut std::io::sink())
+            .map_err(|e| format!("cannot read layer {n}: {e}"))?;
+        if hashing.digest() != layer.digest {
+            return Err(format!(
+                "layer {} changed in the cache while being read",
+                layer.digest
+            ));
+        }
+        if let Some(file) = seen.file {
+            return file;
+        }
+        if let Some(why) = seen.hides {
+            return Err(format!(
+                "the image has no file {path_in_image}: layer {n} of {count} deletes it ({why}), so the copies below are hidden: give oci_path as the file's path in the image"
+            ));
         }
     }
-    found.ok_or_else(|| {
-        format!(
-            "the image has no file {path_in_image} in its {} layer(s): give oci_path as the file's path in the image",
-            layers.len()
-        )
-    })
+    Err(format!(
+        "the image has no file {path_in_image} in its {count} layer(s): give oci_path as the file's path in the image"
+    ))
+}
+
+/// Reads one layer's tar stream for what it says of `want`.
+fn scan(
+    reader: Budget<'_, Box<dyn Read + '_>>,
+    want: &str,
+    path_in_image: &str,
+    n: usize,
+    max: u64,
+) -> Result<Seen, String> {
+    let mut seen = Seen::default();
+    let mut archive = tar::Archive::new(reader);
+    let not_tar = |e: std::io::Error| {
+        // A bound the reader enforces is not the archive's fault.
+        let bound = |e: &std::io::Error| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::QuotaExceeded | std::io::ErrorKind::TimedOut
+            )
+        };
+        let inner = e.get_ref().and_then(|i| i.downcast_ref::<std::io::Error>());
+        if bound(&e) || inner.is_some_and(bound) {
+            format!(
+                "layer {n}: {}",
+                inner.map_or(e.to_string(), |i| i.to_string())
+            )
+        } else {
+            format!("layer {n} is not a tar archive: {e}")
+        }
+    };
+    for entry in archive.entries().map_err(not_tar)? {
+        let mut entry = entry.map_err(not_tar)?;
+        let raw = entry.path().map_err(|e| format!("layer {n}: {e}"))?;
+        let path = raw.to_string_lossy().into_owned();
+        let path = normalize(&path);
+        let (dir, name) = match path.rsplit_once('/') {
+            Some((d, f)) => (d, f),
+            None => ("", path),
+        };
+        let kind = entry.header().entry_type();
+        if name == ".wh..wh..opq" {
+            if covers(dir, want) && dir != want {
+                seen.hides = Some(format!("{path}, an opaque whiteout"));
+            }
+            continue;
+        }
+        if let Some(target) = name.strip_prefix(".wh.") {
+            let target = if dir.is_empty() {
+                target.to_owned()
+            } else {
+                format!("{dir}/{target}")
+            };
+            if covers(&target, want) {
+                seen.hides = Some(format!("{path}, a whiteout"));
+            }
+            continue;
+        }
+        if path != want {
+            if covers(path, want) && !kind.is_dir() {
+                seen.hides = Some(format!("{path}, which is not a directory"));
+            }
+            continue;
+        }
+        if !kind.is_file() {
+            seen.file = Some(Err(format!(
+                "{path_in_image} in layer {n} is not a regular file ({kind:?}): COPY the component itself into the image"
+            )));
+            continue;
+        }
+        if entry.size() > max {
+            return Err(format!(
+                "{path_in_image} is {} bytes, more than the {max} allowed (pull_max_mib)",
+                entry.size()
+            ));
+        }
+        let mut bytes = Vec::with_capacity(entry.size() as usize);
+        (&mut entry)
+            .take(max + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("layer {n}: {e}"))?;
+        seen.file = Some(Ok(bytes));
+    }
+    Ok(seen)
 }
 
 #[cfg(test)]
@@ -359,18 +528,34 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_file_from_image_layers_with_overrides_and_whiteouts() {
-        let dir = tempfile::tempdir().unwrap();
-        let layer = |name: &str, files: &[(&str, &[u8])], gzip: bool| {
-            let path = dir.path().join(name);
+    /// Image layers as `extract` gets them: (digest, opened blob), from
+    /// tar entries (`None` data: a directory).
+    struct Layers(tempfile::TempDir, Vec<(Digest, std::path::PathBuf)>);
+
+    impl Layers {
+        fn new() -> Self {
+            Layers(tempfile::tempdir().unwrap(), Vec::new())
+        }
+
+        fn add(mut self, files: &[(&str, Option<&[u8]>)], gzip: bool) -> Self {
             let mut builder = tar::Builder::new(Vec::new());
             for (p, data) in files {
                 let mut h = tar::Header::new_gnu();
-                h.set_size(data.len() as u64);
-                h.set_mode(0o644);
-                h.set_cksum();
-                builder.append_data(&mut h, p, *data).unwrap();
+                match data {
+                    Some(d) => {
+                        h.set_size(d.len() as u64);
+                        h.set_mode(0o644);
+                        h.set_cksum();
+                        builder.append_data(&mut h, p, *d).unwrap();
+                    }
+                    None => {
+                        h.set_entry_type(tar::EntryType::Directory);
+                        h.set_size(0);
+                        h.set_mode(0o755);
+                        h.set_cksum();
+                        builder.append_data(&mut h, p, &[][..]).unwrap();
+                    }
+                }
             }
             let raw = builder.into_inner().unwrap();
             let bytes = if gzip {
@@ -381,19 +566,229 @@ mod tests {
             } else {
                 raw
             };
-            std::fs::write(&path, bytes).unwrap();
-            path
-        };
-        let a = layer("a", &[("plugin.wasm", b"old"), ("etc/x", b"x")], true);
-        let b = layer("b", &[("./plugin.wasm", b"new")], false);
-        let c = layer("c", &[(".wh.plugin.wasm", b"")], true);
-        assert_eq!(extract(&[&a, &b], "/plugin.wasm", 100).unwrap(), b"new");
-        let err = extract(&[&a, &b, &c], "/plugin.wasm", 100).unwrap_err();
+            let path = self.0.path().join(self.1.len().to_string());
+            std::fs::write(&path, &bytes).unwrap();
+            self.1.push((Digest::of(&bytes), path));
+            self
+        }
+
+        fn get(&self, path: &str, max: u64) -> Result<Vec<u8>, String> {
+            let layers = self
+                .1
+                .iter()
+                .map(|(digest, p)| Layer {
+                    digest: *digest,
+                    file: std::fs::File::open(p).unwrap(),
+                })
+                .collect();
+            extract(layers, path, max, &AtomicBool::new(false))
+        }
+    }
+
+    const W: &str = "/plugin.wasm";
+
+    #[test]
+    fn the_topmost_copy_wins_in_gzip_or_plain_layers() {
+        let l = Layers::new()
+            .add(
+                &[("plugin.wasm", Some(b"old")), ("etc/x", Some(b"x"))],
+                true,
+            )
+            .add(&[("./plugin.wasm", Some(b"new"))], false);
+        assert_eq!(l.get(W, 1 << 20).unwrap(), b"new");
+        assert_eq!(l.get("etc/x", 1 << 20).unwrap(), b"x");
+        let err = Layers::new()
+            .add(&[("p", Some(b"x"))], true)
+            .get(W, 1 << 20)
+            .unwrap_err();
         assert_eq!(
             err,
-            "the image has no file /plugin.wasm in its 3 layer(s): give oci_path as the file's path in the image"
+            "the image has no file /plugin.wasm in its 1 layer(s): give oci_path as the file's path in the image"
         );
-        let err = extract(&[&a], "/plugin.wasm", 2).unwrap_err();
-        assert!(err.contains("more than the 2 allowed"), "{err}");
+    }
+
+    #[test]
+    fn a_whiteout_hides_the_file_in_lower_layers() {
+        let err = Layers::new()
+            .add(&[("plugin.wasm", Some(b"old"))], true)
+            .add(&[(".wh.plugin.wasm", Some(b""))], true)
+            .get(W, 1 << 20)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "the image has no file /plugin.wasm: layer 2 of 2 deletes it (.wh.plugin.wasm, a whiteout), so the copies below are hidden: give oci_path as the file's path in the image"
+        );
+    }
+
+    #[test]
+    fn a_whiteout_of_a_parent_directory_hides_what_is_under_it() {
+        let err = Layers::new()
+            .add(&[("opt/p/plugin.wasm", Some(b"old"))], true)
+            .add(&[("opt/.wh.p", Some(b""))], true)
+            .get("/opt/p/plugin.wasm", 1 << 20)
+            .unwrap_err();
+        assert!(
+            err.contains("layer 2 of 2 deletes it (opt/.wh.p, a whiteout)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_opaque_whiteout_hides_everything_below_in_its_directory() {
+        let l = Layers::new()
+            .add(
+                &[("opt/p/plugin.wasm", Some(b"old")), ("opt/q", Some(b"q"))],
+                true,
+            )
+            .add(&[("opt/p", None), ("opt/p/.wh..wh..opq", Some(b""))], true);
+        let err = l.get("/opt/p/plugin.wasm", 1 << 20).unwrap_err();
+        assert!(
+            err.contains("layer 2 of 2 deletes it (opt/p/.wh..wh..opq, an opaque whiteout)"),
+            "{err}"
+        );
+        assert_eq!(
+            l.get("/opt/q", 1 << 20).unwrap(),
+            b"q",
+            "only that directory is opaque"
+        );
+    }
+
+    #[test]
+    fn a_whiteout_hides_lower_layers_only_not_its_own() {
+        // The spec applies a layer's whiteouts to the layers below it, so a
+        // file the same layer adds stays, whatever the order of the entries.
+        for entries in [
+            [
+                (".wh.plugin.wasm", Some(&b""[..])),
+                ("plugin.wasm", Some(&b"new"[..])),
+            ],
+            [
+                ("plugin.wasm", Some(&b"new"[..])),
+                (".wh.plugin.wasm", Some(&b""[..])),
+            ],
+        ] {
+            let l = Layers::new()
+                .add(&[("plugin.wasm", Some(b"old"))], true)
+                .add(&entries, true);
+            assert_eq!(l.get(W, 1 << 20).unwrap(), b"new", "{entries:?}");
+        }
+        let l = Layers::new()
+            .add(&[("opt/plugin.wasm", Some(b"old"))], true)
+            .add(
+                &[
+                    ("opt/.wh..wh..opq", Some(b"")),
+                    ("opt/plugin.wasm", Some(b"new")),
+                ],
+                true,
+            );
+        assert_eq!(l.get("/opt/plugin.wasm", 1 << 20).unwrap(), b"new");
+    }
+
+    #[test]
+    fn a_file_in_place_of_a_parent_directory_hides_what_was_under_it() {
+        let err = Layers::new()
+            .add(&[("opt/plugin.wasm", Some(b"old"))], true)
+            .add(&[("opt", Some(b"now a file"))], true)
+            .get("/opt/plugin.wasm", 1 << 20)
+            .unwrap_err();
+        assert!(err.contains("(opt, which is not a directory)"), "{err}");
+    }
+
+    #[test]
+    fn decompressed_bytes_count_against_the_bound_and_so_does_the_deadline() {
+        // 4 MiB of zeros compress to a few KiB: the bound is on what comes out.
+        let zeros = vec![0u8; 4 << 20];
+        let l = Layers::new().add(&[("big", Some(&zeros)), ("plugin.wasm", Some(b"p"))], true);
+        let compressed = std::fs::metadata(&l.1[0].1).unwrap().len();
+        assert!(compressed < 64 << 10, "{compressed}");
+        let err = l.get(W, 1 << 20).unwrap_err();
+        assert!(
+            err.contains("the layers decompress to more than the 1048576 bytes allowed (pull_max_mib); stopped reading"),
+            "{err}"
+        );
+        let layers = vec![Layer {
+            digest: l.1[0].0,
+            file: std::fs::File::open(&l.1[0].1).unwrap(),
+        }];
+        let err = extract(layers, W, 64 << 20, &AtomicBool::new(true)).unwrap_err();
+        assert!(
+            err.contains("the pull's deadline passed (pull_timeout_ms)"),
+            "{err}"
+        );
+        assert_eq!(l.get(W, 8 << 20).unwrap(), b"p");
+    }
+
+    #[test]
+    fn a_layer_changed_after_it_was_checked_is_refused() {
+        let mut l = Layers::new().add(&[("plugin.wasm", Some(b"p"))], false);
+        l.1[0].0 = Digest::of(b"something else");
+        let err = l.get(W, 1 << 20).unwrap_err();
+        assert!(
+            err.ends_with("changed in the cache while being read"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn more_layers_than_a_plugin_image_has_are_refused() {
+        let tar = "application/vnd.oci.image.layer.v1.tar+gzip";
+        let many = vec![(tar, 1); MAX_LAYERS + 1];
+        let err = plan(&manifest(&many), Some(W), 1 << 20).unwrap_err();
+        assert_eq!(
+            err,
+            "it has 129 layers, more than the 128 a plugin's image may have"
+        );
+        let err = plan(&manifest(&[(tar, 60), (tar, 60)]), Some(W), 100).unwrap_err();
+        assert_eq!(
+            err,
+            "its 2 layers are 120 bytes together, more than the 100 allowed (pull_max_mib)"
+        );
+    }
+
+    #[test]
+    fn media_types_are_checked() {
+        let mut m: serde_json::Value =
+            serde_json::from_slice(&manifest(&[(WASM_LAYER, 10)])).unwrap();
+        m["mediaType"] = "application/vnd.oci.image.config.v1+json".into();
+        let err = plan(&serde_json::to_vec(&m).unwrap(), None, 100).unwrap_err();
+        assert!(
+            err.starts_with("the manifest is a \"application/vnd.oci.image.config.v1+json\", not an image manifest"),
+            "{err}"
+        );
+        let index = serde_json::json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [{"mediaType": "application/vnd.oci.image.index.v1+json",
+                "digest": format!("sha256:{}", "2".repeat(64)), "size": 10,
+                "platform": {"os": "linux", "architecture": "wasm"}}],
+        });
+        let err = plan(&serde_json::to_vec(&index).unwrap(), None, 100).unwrap_err();
+        assert!(
+            err.contains("is a \"application/vnd.oci.image.index.v1+json\", not an image manifest"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_digest_that_is_a_path_is_not_a_digest() {
+        for bad in ["sha256:/etc/kubernetes/admin.conf", "sha256:../../x"] {
+            let m = serde_json::json!({
+                "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "layers": [{"mediaType": WASM_LAYER, "digest": bad, "size": 10}],
+            });
+            let err = plan(&serde_json::to_vec(&m).unwrap(), None, 100).unwrap_err();
+            assert!(
+                err.contains("is not sha256:<64 lowercase hex digits>"),
+                "{err}"
+            );
+        }
+        let m = serde_json::json!({
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+            "layers": [{"mediaType": WASM_LAYER, "digest": format!("sha512:{}", "a".repeat(128)), "size": 10}],
+        });
+        let err = plan(&serde_json::to_vec(&m).unwrap(), None, 100).unwrap_err();
+        assert!(
+            err.contains("uses sha512, which this registrar does not support"),
+            "{err}"
+        );
     }
 }

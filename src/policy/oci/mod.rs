@@ -2,8 +2,9 @@
 //! cache, verified on every load; pushed as the CNCF wasm artefact.
 //!
 //! - `registry`: reaching a registry: credentials from a `.dockerconfigjson`,
-//!   trust, plain HTTP, and bounded reads of manifests and blobs.
-//! - `store`: blobs on disk by digest, written atomically, checked on every read.
+//!   trust, plain HTTP, the token dance, and bounded reads of every body.
+//! - `store`: blobs on disk by digest, written atomically, checked on every
+//!   read; nothing outside it is ever opened, and no link is followed.
 //! - `artifact`: which manifests are plugins, and where the component is in
 //!   them (a wasm layer, or a file in an image's tar layers).
 //! - `pull`: a source into the component's bytes, from the store or the registry.
@@ -19,5 +20,5 @@ mod registry;
 mod signature;
 mod store;
 
-pub(crate) use pull::{fetch, resolve};
+pub(crate) use pull::{PullError, fetch, resolve};
 pub(crate) use push::{ComponentInfo, push};

@@ -1,17 +1,22 @@
 //! An OCI source into the component's bytes: from the store when every blob
 //! it needs is there (the registry is not contacted), from the registry
-//! otherwise, under one deadline.
+//! otherwise, all under one deadline (`pull_timeout_ms`).
+//!
+//! This runs on the caller's runtime. What blocks (the store's files, hashing,
+//! decompressing an image layer) runs on its blocking pool, inside the
+//! deadline: when the deadline passes, the pull returns, and an extraction
+//! still running stops at its next read.
 
-use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-
-use super::artifact::{self, Plan};
-use super::registry::{ACCEPTED_MANIFESTS, MANIFEST_LIMIT, MAX_MANIFEST, Registry};
+use super::artifact::{self, Layer, Plan};
+use super::registry::{ACCEPTED_MANIFESTS, MANIFEST_LIMIT, MAX_MANIFEST, Registry, RegistryError};
 use super::signature;
-use super::store::Store;
+use super::store::{Store, StoreError};
 use crate::policy::source::{OciReference, OciSource, RegistryOptions};
+use crate::policy::{Digest, DigestError};
 
 /// A component fetched from an OCI source.
 #[derive(Debug)]
@@ -19,117 +24,233 @@ pub(crate) struct Pulled {
     /// The component.
     pub(crate) wasm: Vec<u8>,
     /// The manifest digest it was pinned by (for an index, the index's).
-    pub(crate) manifest: String,
+    pub(crate) manifest: Digest,
     /// The blob (or blobs) that held it.
-    pub(crate) layers: Vec<String>,
+    pub(crate) layers: Vec<Digest>,
     /// Whether the registry was contacted; `false`: all from the store.
     pub(crate) pulled: bool,
     /// How long it took.
     pub(crate) took: Duration,
 }
 
+/// Why a pull failed, by class: what metrics and retries tell apart.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OciError {
+    /// Reaching the registry, or what it answered.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The store on disk.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A digest that cannot be used.
+    #[error(transparent)]
+    Digest(#[from] DigestError),
+    /// A manifest that is not a plugin's, or names what cannot be read.
+    #[error("manifest {digest}{from}: {why}", from = from.map(|i| format!(" (from index {i})")).unwrap_or_default())]
+    Manifest {
+        /// The manifest.
+        digest: Digest,
+        /// The index it was chosen from.
+        from: Option<Digest>,
+        /// Why.
+        why: String,
+    },
+    /// The registry's manifest is not the one pinned.
+    #[error("the registry sent a manifest with digest {actual}, not {expected}")]
+    ManifestMismatch {
+        /// What it sent.
+        actual: Digest,
+        /// What was pinned.
+        expected: Digest,
+    },
+    /// The component's file in an image's layers.
+    #[error("{0}")]
+    Image(String),
+    /// A blob, with what went wrong fetching it.
+    #[error("blob {digest}: {source}")]
+    Blob {
+        /// The blob.
+        digest: Digest,
+        /// Why.
+        #[source]
+        source: Box<OciError>,
+    },
+    /// The cosign signature.
+    #[error("cosign signature: {0}")]
+    Signature(String),
+    /// The cosign key named.
+    #[error("{0}")]
+    Key(String),
+    /// The whole pull took longer than its bound.
+    #[error("no complete answer within {} ms (pull_timeout_ms); gave up", .0.as_millis())]
+    Timeout(Duration),
+    /// A blocking step panicked.
+    #[error("the registry client panicked")]
+    Panicked,
+}
+
+impl OciError {
+    /// The class, for metrics and logs: `auth`, `network`, `too-large`,
+    /// `digest`, `manifest`, `signature`, `cache`, `timeout`, `internal`.
+    pub(crate) fn class(&self) -> &'static str {
+        match self {
+            OciError::Registry(r) => match r {
+                RegistryError::Unauthorized { .. }
+                | RegistryError::PlainHttpRealm { .. }
+                | RegistryError::Token { .. } => "auth",
+                RegistryError::Announced { .. } | RegistryError::TooLarge { .. } => "too-large",
+                RegistryError::Store(_) => "cache",
+                RegistryError::Setup(_) => "config",
+                _ => "network",
+            },
+            OciError::Store(StoreError::Mismatch { .. })
+            | OciError::ManifestMismatch { .. }
+            | OciError::Digest(_) => "digest",
+            OciError::Store(_) => "cache",
+            OciError::Manifest { .. } | OciError::Image(_) => "manifest",
+            OciError::Blob { source, .. } => source.class(),
+            OciError::Signature(_) | OciError::Key(_) => "signature",
+            OciError::Timeout(_) => "timeout",
+            OciError::Panicked => "internal",
+        }
+    }
+}
+
+/// A pull that failed: the registry and repository, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot pull from registry {registry}, repository {repository}: {source}")]
+pub(crate) struct PullError {
+    /// `HOST:PORT`.
+    pub(crate) registry: String,
+    /// The repository.
+    pub(crate) repository: String,
+    /// Why.
+    #[source]
+    pub(crate) source: OciError,
+}
+
+impl PullError {
+    fn new(reference: &OciReference, source: OciError) -> Self {
+        PullError {
+            registry: reference.registry.clone(),
+            repository: reference.repository.clone(),
+            source,
+        }
+    }
+}
+
+/// Runs `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, OciError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| OciError::Panicked)
+}
+
+/// Sets its flag when dropped: a pull given up at its deadline tells its
+/// blocking extraction to stop.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Fetches a source (the author tools' may name a tag: it is resolved
-/// first). Runs on a thread of its own with its own runtime, so it can be
-/// called from anywhere, and gives up at the deadline.
-pub(crate) fn fetch(src: &OciSource) -> Result<Pulled, String> {
-    let digest = match &src.reference.digest {
-        Some(d) => d.clone(),
-        None => resolve(&src.reference, &src.registry, &src.store)?,
-    };
-    let key = src
-        .cosign_key
-        .as_deref()
-        .map(signature::CosignKey::read)
-        .transpose()?;
-    on_own_runtime(src.registry.timeout, async {
-        let store = Store::open(&src.store)?;
-        let mut session = Session::new(&src.reference, &src.registry, &store);
-        if let Some(key) = &key
-            && !signature::kept(key, &digest, &store)
-        {
-            signature::fetch_and_verify(key, &digest, &store, session.registry()?)
-                .await
-                .map_err(|e| format!("cosign signature: {e}"))?;
+/// first), giving up at the deadline.
+pub(crate) async fn fetch(src: &OciSource) -> Result<Pulled, PullError> {
+    let timeout = src.registry.timeout;
+    let work = async {
+        let digest = match &src.reference.digest {
+            Some(d) => *d,
+            None => resolve_in(&src.reference, &src.registry, &src.store).await?,
+        };
+        let key = match src.cosign_key.clone() {
+            Some(path) => Some(
+                blocking(move || signature::CosignKey::read(&path))
+                    .await?
+                    .map_err(OciError::Key)?,
+            ),
+            None => None,
+        };
+        let store = open_store(&src.store).await?;
+        let mut session = Session::new(&src.reference, &src.registry, store.clone());
+        if let Some(key) = key {
+            let key = Arc::new(key);
+            let (k, s) = (key.clone(), store.clone());
+            if !blocking(move || signature::kept(&k, &digest, &s)).await? {
+                let registry = session.registry()?;
+                signature::fetch_and_verify(&key, &digest, &store, registry)
+                    .await
+                    .map_err(OciError::Signature)?;
+            }
         }
         session
-            .component(&digest, src.path_in_image.as_deref())
+            .component(digest, src.path_in_image.as_deref())
             .await
-    })
-    .map_err(|cause| explain(&src.reference, cause))
+    };
+    tokio::time::timeout(timeout, work)
+        .await
+        .unwrap_or(Err(OciError::Timeout(timeout)))
+        .map_err(|e| PullError::new(&src.reference, e))
 }
 
 /// Resolves a tag (or checks a digest) against the registry: the manifest
 /// digest to pin. The manifest is kept in the store.
-pub(crate) fn resolve(
+pub(crate) async fn resolve(
     reference: &OciReference,
     options: &RegistryOptions,
     store: &std::path::Path,
-) -> Result<String, String> {
-    on_own_runtime(options.timeout, async {
-        let store = Store::open(store)?;
-        let mut session = Session::new(reference, options, &store);
-        let what = match (&reference.digest, &reference.tag) {
-            (Some(d), _) => d.clone(),
-            (None, Some(t)) => t.clone(),
-            (None, None) => "latest".into(),
-        };
-        let bytes = session.fetch_manifest(&what).await?;
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-        if let Some(d) = &reference.digest
-            && d != &digest
-        {
-            return Err(format!(
-                "the registry sent a manifest with digest {digest}, not {d}"
-            ));
-        }
-        store.put(&bytes, &digest)?;
-        Ok(digest)
-    })
-    .map_err(|cause| explain(reference, cause))
+) -> Result<Digest, PullError> {
+    tokio::time::timeout(options.timeout, resolve_in(reference, options, store))
+        .await
+        .unwrap_or(Err(OciError::Timeout(options.timeout)))
+        .map_err(|e| PullError::new(reference, e))
 }
 
-fn explain(reference: &OciReference, cause: String) -> String {
-    format!(
-        "cannot pull from registry {}, repository {}: {cause}",
-        reference.registry, reference.repository
-    )
+async fn open_store(dir: &std::path::Path) -> Result<Arc<Store>, OciError> {
+    let dir = dir.to_owned();
+    Ok(Arc::new(blocking(move || Store::open(&dir)).await??))
 }
 
-/// Runs `f` on a new thread with a current-thread runtime, for at most `timeout`.
-pub(super) fn on_own_runtime<T: Send>(
-    timeout: Duration,
-    f: impl std::future::Future<Output = Result<T, String>> + Send,
-) -> Result<T, String> {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("cannot start the registry client's runtime: {e}"))?;
-            rt.block_on(async {
-                tokio::time::timeout(timeout, f).await.unwrap_or_else(|_| {
-                    Err(format!(
-                        "no complete answer within {} ms (pull_timeout_ms); gave up",
-                        timeout.as_millis()
-                    ))
-                })
-            })
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the registry client panicked".into()))
-    })
+async fn resolve_in(
+    reference: &OciReference,
+    options: &RegistryOptions,
+    store: &std::path::Path,
+) -> Result<Digest, OciError> {
+    let store = open_store(store).await?;
+    let mut session = Session::new(reference, options, store.clone());
+    let what = match (&reference.digest, &reference.tag) {
+        (Some(d), _) => d.to_string(),
+        (None, Some(t)) => t.clone(),
+        (None, None) => "latest".into(),
+    };
+    let bytes = session.fetch_manifest(&what).await?;
+    let digest = Digest::of(&bytes);
+    if let Some(d) = &reference.digest
+        && *d != digest
+    {
+        return Err(OciError::ManifestMismatch {
+            actual: digest,
+            expected: *d,
+        });
+    }
+    blocking(move || store.put(&bytes, &digest)).await??;
+    Ok(digest)
 }
 
 /// One fetch: the store first, the registry (connected once, on first need) after.
 struct Session<'a> {
     reference: &'a OciReference,
     options: &'a RegistryOptions,
-    store: &'a Store,
+    store: Arc<Store>,
     registry: Option<Registry>,
 }
 
 impl<'a> Session<'a> {
-    fn new(reference: &'a OciReference, options: &'a RegistryOptions, store: &'a Store) -> Self {
+    fn new(reference: &'a OciReference, options: &'a RegistryOptions, store: Arc<Store>) -> Self {
         Session {
             reference,
             options,
@@ -138,7 +259,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn registry(&mut self) -> Result<&mut Registry, String> {
+    fn registry(&mut self) -> Result<&mut Registry, OciError> {
         if self.registry.is_none() {
             self.registry = Some(Registry::new(self.reference, self.options)?);
         }
@@ -147,7 +268,7 @@ impl<'a> Session<'a> {
 
     /// A manifest by tag or digest from the registry, whole (capped at
     /// `MANIFEST_LIMIT`); the caller checks its digest.
-    async fn fetch_manifest(&mut self, what: &str) -> Result<Vec<u8>, String> {
+    async fn fetch_manifest(&mut self, what: &str) -> Result<Vec<u8>, OciError> {
         let mut bytes = Vec::new();
         self.registry()?
             .get(
@@ -164,23 +285,35 @@ impl<'a> Session<'a> {
     }
 
     /// A manifest by digest, from the store or the registry (then stored).
-    async fn manifest(&mut self, digest: &str) -> Result<Vec<u8>, String> {
-        if let Some(bytes) = self.store.read(digest, MAX_MANIFEST) {
+    async fn manifest(&mut self, digest: Digest) -> Result<Vec<u8>, OciError> {
+        let store = self.store.clone();
+        if let Some(bytes) = blocking(move || store.read(&digest, MAX_MANIFEST)).await? {
             return Ok(bytes);
         }
-        let bytes = self.fetch_manifest(digest).await?;
-        self.store
-            .put(&bytes, digest)
-            .map_err(|e| format!("manifest {digest}: {e}"))?;
+        let bytes = self.fetch_manifest(&digest.to_string()).await?;
+        let (store, kept) = (self.store.clone(), bytes.clone());
+        blocking(move || store.put(&kept, &digest))
+            .await?
+            .map_err(|e| OciError::Manifest {
+                digest,
+                from: None,
+                why: e.to_string(),
+            })?;
         Ok(bytes)
     }
 
-    /// A blob by digest into the store (unless it is there), streamed to disk.
-    async fn blob(&mut self, digest: &str, max: u64) -> Result<PathBuf, String> {
-        if self.store.verify(digest) {
-            return Ok(self.store.path(digest));
+    /// A blob by digest into the store (unless it is there), streamed to
+    /// disk, at most `max` bytes.
+    async fn blob(&mut self, digest: Digest, max: u64) -> Result<(), OciError> {
+        let in_blob = |e: OciError| OciError::Blob {
+            digest,
+            source: Box::new(e),
+        };
+        let store = self.store.clone();
+        if blocking(move || store.open_verified(&digest).is_some()).await? {
+            return Ok(());
         }
-        let mut writer = self.store.writer()?;
+        let mut writer = self.store.writer().map_err(|e| in_blob(e.into()))?;
         self.registry()?
             .get(
                 &format!("blobs/{digest}"),
@@ -189,58 +322,88 @@ impl<'a> Session<'a> {
                 |c| writer.write(c),
             )
             .await
-            .map_err(|e| format!("blob {digest}: {e}"))?;
-        self.store
-            .commit(writer, digest)
-            .map_err(|e| format!("blob {digest}: {e}"))
+            .map_err(|e| in_blob(e.into()))?;
+        let store = self.store.clone();
+        blocking(move || store.commit(writer, &digest))
+            .await?
+            .map_err(|e| in_blob(e.into()))
     }
 
     async fn component(
         &mut self,
-        pin: &str,
+        pin: Digest,
         path_in_image: Option<&str>,
-    ) -> Result<Pulled, String> {
+    ) -> Result<Pulled, OciError> {
         let started = Instant::now();
         let max = self.options.max_bytes;
-        let mut digest = pin.to_owned();
-        let mut plan = artifact::plan(&self.manifest(&digest).await?, path_in_image, max)
-            .map_err(|m| format!("manifest {digest}: {m}"))?;
+        let mut digest = pin;
+        let mut plan =
+            artifact::plan(&self.manifest(digest).await?, path_in_image, max).map_err(|why| {
+                OciError::Manifest {
+                    digest,
+                    from: None,
+                    why,
+                }
+            })?;
         if let Plan::Index(child) = plan {
+            let from = Some(pin);
             digest = child.digest;
-            plan = artifact::plan(&self.manifest(&digest).await?, path_in_image, max)
-                .map_err(|m| format!("manifest {digest} (from index {pin}): {m}"))?;
+            plan = artifact::plan(&self.manifest(digest).await?, path_in_image, max)
+                .map_err(|why| OciError::Manifest { digest, from, why })?;
             if matches!(plan, Plan::Index(_)) {
-                return Err(format!("index {pin} points to another index"));
+                return Err(OciError::Manifest {
+                    digest,
+                    from,
+                    why: "an index points to another index".into(),
+                });
             }
         }
         let (wasm, layers) = match plan {
             Plan::Wasm(layer) => {
                 // Never more than the manifest declares: a registry that
                 // sends more is cut off there.
-                self.blob(&layer.digest, layer.size.min(max)).await?;
-                let bytes = self.store.read(&layer.digest, max).ok_or_else(|| {
-                    format!(
-                        "blob {} changed in the cache while being read",
-                        layer.digest
-                    )
-                })?;
+                self.blob(layer.digest, layer.size.min(max)).await?;
+                let store = self.store.clone();
+                let d = layer.digest;
+                let bytes = blocking(move || store.read(&d, max))
+                    .await?
+                    .ok_or_else(|| OciError::Blob {
+                        digest: d,
+                        source: Box::new(OciError::Image(
+                            "it changed in the cache while being read".into(),
+                        )),
+                    })?;
                 (bytes, vec![layer.digest])
             }
-            Plan::Image(layers) => {
-                let mut paths = Vec::new();
-                for l in &layers {
-                    paths.push(self.blob(&l.digest, l.size.min(max)).await?);
+            Plan::Image(descriptors) => {
+                for l in &descriptors {
+                    self.blob(l.digest, l.size.min(max)).await?;
                 }
-                let path = path_in_image.expect("an image plan has a path");
-                let refs: Vec<&std::path::Path> = paths.iter().map(PathBuf::as_path).collect();
-                let bytes = artifact::extract(&refs, path, max)?;
-                (bytes, layers.into_iter().map(|l| l.digest).collect())
+                let digests: Vec<Digest> = descriptors.iter().map(|l| l.digest).collect();
+                let path = path_in_image.expect("an image plan has a path").to_owned();
+                let store = self.store.clone();
+                let cancelled = Arc::new(AtomicBool::new(false));
+                let _cancel = CancelOnDrop(cancelled.clone());
+                let wanted = digests.clone();
+                let bytes = blocking(move || {
+                    let mut layers = Vec::new();
+                    for digest in wanted {
+                        let file = store.open_verified(&digest).ok_or_else(|| {
+                            format!("layer {digest} changed in the cache while being read")
+                        })?;
+                        layers.push(Layer { digest, file });
+                    }
+                    artifact::extract(layers, &path, max, &cancelled)
+                })
+                .await?
+                .map_err(OciError::Image)?;
+                (bytes, digests)
             }
             Plan::Index(_) => unreachable!("handled above"),
         };
         Ok(Pulled {
             wasm,
-            manifest: pin.to_owned(),
+            manifest: pin,
             layers,
             pulled: self.registry.is_some(),
             took: started.elapsed(),

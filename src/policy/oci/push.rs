@@ -3,12 +3,33 @@
 //! `application/wasm` layer, in an OCI image manifest. The same component
 //! always gives the same manifest, so its digest is a stable pin.
 
-use sha2::{Digest, Sha256};
-
 use super::artifact::{OCI_MANIFEST, WASM_CONFIG, WASM_LAYER};
-use super::pull::on_own_runtime;
-use super::registry::{Registry, causes};
+use super::registry::{Registry, RegistryError};
+use crate::policy::Digest;
 use crate::policy::source::{OciReference, RegistryOptions};
+
+/// A push that failed: where to, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot push to registry {registry}, repository {repository}: {what}{source}", what = what.map(|w| format!("cannot push the {w}: ")).unwrap_or_default())]
+pub(crate) struct PushError {
+    registry: String,
+    repository: String,
+    /// The part that failed.
+    what: Option<&'static str>,
+    #[source]
+    source: PushCause,
+}
+
+/// Why a push failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PushCause {
+    /// The registry.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The whole push took longer than its bound.
+    #[error("no complete answer within {} ms (pull_timeout_ms); gave up", .0.as_millis())]
+    Timeout(std::time::Duration),
+}
 
 /// What the config says about the component.
 #[derive(Debug, Clone, Default)]
@@ -22,8 +43,8 @@ pub(crate) struct ComponentInfo {
     pub(crate) file_name: String,
 }
 
-fn digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+fn digest(bytes: &[u8]) -> Digest {
+    Digest::of(bytes)
 }
 
 /// The config and manifest for `wasm`, as bytes.
@@ -54,57 +75,43 @@ pub(crate) fn artefact(wasm: &[u8], info: &ComponentInfo) -> (Vec<u8>, Vec<u8>) 
 
 /// Pushes `wasm` to `reference` (its tag, or by digest alone); returns the
 /// manifest digest.
-pub(crate) fn push(
+pub(crate) async fn push(
     wasm: Vec<u8>,
     info: &ComponentInfo,
     reference: &OciReference,
     options: &RegistryOptions,
-) -> Result<String, String> {
+) -> Result<Digest, PushError> {
     let (config, manifest) = artefact(&wasm, info);
     let manifest_digest = digest(&manifest);
-    on_own_runtime(options.timeout, async {
-        let registry = Registry::new(reference, options)?;
-        let (client, _) = registry.for_push().await?;
-        let target = match &reference.tag {
-            Some(t) => oci_client::Reference::with_tag(
-                reference.registry.clone(),
-                reference.repository.clone(),
-                t.clone(),
-            ),
-            None => oci_client::Reference::with_digest(
-                reference.registry.clone(),
-                reference.repository.clone(),
-                manifest_digest.clone(),
-            ),
-        };
-        let fail = |what: &str, e: oci_client::errors::OciDistributionError| {
-            format!("cannot push the {what}: {}", causes(&e))
-        };
+    let mut what = None;
+    let work = async {
+        let mut registry = Registry::new(reference, options)?;
+        what = Some("component");
         let layer_digest = digest(&wasm);
-        client
-            .push_blob(&target, wasm, &layer_digest)
-            .await
-            .map_err(|e| fail("component", e))?;
+        registry.push_blob(wasm, &layer_digest).await?;
+        what = Some("config");
         let config_digest = digest(&config);
-        client
-            .push_blob(&target, config, &config_digest)
-            .await
-            .map_err(|e| fail("config", e))?;
-        client
-            .push_manifest_raw(
-                &target,
-                manifest,
-                http::HeaderValue::from_static(OCI_MANIFEST),
-            )
-            .await
-            .map_err(|e| fail("manifest", e))?;
-        Ok(manifest_digest.clone())
-    })
-    .map_err(|cause| {
-        format!(
-            "cannot push to registry {}, repository {}: {cause}",
-            reference.registry, reference.repository
-        )
+        registry.push_blob(config, &config_digest).await?;
+        what = Some("manifest");
+        let target = match &reference.tag {
+            Some(t) => t.clone(),
+            None => manifest_digest.to_string(),
+        };
+        registry
+            .push_manifest(&target, OCI_MANIFEST, manifest)
+            .await?;
+        Ok::<_, RegistryError>(())
+    };
+    let outcome = match tokio::time::timeout(options.timeout, work).await {
+        Ok(Ok(())) => return Ok(manifest_digest),
+        Ok(Err(e)) => PushCause::Registry(e),
+        Err(_) => PushCause::Timeout(options.timeout),
+    };
+    Err(PushError {
+        registry: reference.registry.clone(),
+        repository: reference.repository.clone(),
+        what,
+        source: outcome,
     })
 }
 
@@ -124,7 +131,7 @@ mod tests {
         assert_eq!(m1, m2);
         let m: serde_json::Value = serde_json::from_slice(&m1).unwrap();
         assert_eq!(m["config"]["mediaType"], WASM_CONFIG);
-        assert_eq!(m["config"]["digest"], digest(&c1));
+        assert_eq!(m["config"]["digest"], digest(&c1).to_string());
         assert_eq!(m["layers"][0]["mediaType"], WASM_LAYER);
         assert_eq!(m["layers"][0]["size"], 4);
         let c: serde_json::Value = serde_json::from_slice(&c1).unwrap();

@@ -18,8 +18,9 @@ use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey;
 use serde::Deserialize;
 
-use super::registry::{ACCEPTED_MANIFESTS, MANIFEST_LIMIT, Registry};
+use super::registry::{ACCEPTED_MANIFESTS, MANIFEST_LIMIT, Registry, RegistryError};
 use super::store::Store;
+use crate::policy::Digest;
 
 const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
@@ -52,7 +53,7 @@ impl CosignKey {
 
     /// Whether `signature` (DER, base64) signs `payload`, and the payload
     /// names `manifest`.
-    fn check(&self, payload: &[u8], signature: &str, manifest: &str) -> Result<(), String> {
+    fn check(&self, payload: &[u8], signature: &str, manifest: &Digest) -> Result<(), String> {
         let der = base64::engine::general_purpose::STANDARD
             .decode(signature.trim())
             .map_err(|_| "its signature is not base64".to_owned())?;
@@ -62,7 +63,7 @@ impl CosignKey {
             .map_err(|_| format!("it is not signed by the key in {}", self.path))?;
         let p: Payload = serde_json::from_slice(payload)
             .map_err(|e| format!("its payload is not a cosign payload ({e})"))?;
-        if p.critical.image.docker_manifest_digest != manifest {
+        if p.critical.image.docker_manifest_digest != manifest.to_string() {
             return Err(format!(
                 "it signs {}, not {manifest}",
                 p.critical.image.docker_manifest_digest
@@ -99,29 +100,26 @@ struct SigManifest {
 #[serde(rename_all = "camelCase")]
 struct SigLayer {
     media_type: String,
-    digest: String,
+    digest: Digest,
     size: u64,
     #[serde(default)]
     annotations: std::collections::BTreeMap<String, String>,
 }
 
-/// A verified signature as kept in the store: the payload's digest and the signature.
+/// A verified signature as kept in the store: the payload's digest and the
+/// signature. Read back as hostile as the registry: the digest is parsed.
 #[derive(serde::Serialize, Deserialize)]
 struct Kept {
-    payload: String,
+    payload: Digest,
     signature: String,
 }
 
-fn kept_path(store: &Store, manifest: &str) -> std::path::PathBuf {
-    store
-        .root()
-        .join("signatures")
-        .join(manifest.trim_start_matches("sha256:"))
-}
+/// The largest kept signature record read.
+const MAX_RECORD: u64 = 16 << 10;
 
 /// Whether the store keeps a signature of `manifest` that `key` verifies.
-pub(super) fn kept(key: &CosignKey, manifest: &str, store: &Store) -> bool {
-    let Ok(bytes) = std::fs::read(kept_path(store, manifest)) else {
+pub(super) fn kept(key: &CosignKey, manifest: &Digest, store: &Store) -> bool {
+    let Some(bytes) = store.signature_record(manifest, MAX_RECORD) else {
         return false;
     };
     let Ok(k) = serde_json::from_slice::<Kept>(&bytes) else {
@@ -136,12 +134,11 @@ pub(super) fn kept(key: &CosignKey, manifest: &str, store: &Store) -> bool {
 /// registry, and keeps the one that verifies.
 pub(super) async fn fetch_and_verify(
     key: &CosignKey,
-    manifest: &str,
+    manifest: &Digest,
     store: &Store,
     registry: &mut Registry,
 ) -> Result<(), String> {
-    let kept = kept_path(store, manifest);
-    let tag = format!("{}.sig", manifest.replace(':', "-"));
+    let tag = format!("sha256-{}.sig", manifest.hex());
     let mut body = Vec::new();
     registry
         .get(
@@ -155,7 +152,7 @@ pub(super) async fn fetch_and_verify(
         )
         .await
         .map_err(|e| {
-            if e.contains("404") {
+            if matches!(e, RegistryError::NotFound { .. }) {
                 format!(
                     "{manifest} is not signed: the repository has no {tag}; sign it with `cosign sign --key cosign.key REF@{manifest}`"
                 )
@@ -174,7 +171,7 @@ pub(super) async fn fetch_and_verify(
         let Some(signature) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
             continue;
         };
-        let mut writer = store.writer()?;
+        let mut writer = store.writer().map_err(|e| e.to_string())?;
         registry
             .get(
                 &format!("blobs/{}", layer.digest),
@@ -182,24 +179,23 @@ pub(super) async fn fetch_and_verify(
                 (layer.size.min(MAX_PAYLOAD), "a signature payload's 64 KiB"),
                 |c| writer.write(c),
             )
-            .await?;
-        store.commit(writer, &layer.digest)?;
+            .await
+            .map_err(|e| e.to_string())?;
+        store
+            .commit(writer, &layer.digest)
+            .map_err(|e| e.to_string())?;
         let payload = store
             .read(&layer.digest, MAX_PAYLOAD)
             .ok_or_else(|| format!("blob {} changed while being read", layer.digest))?;
         match key.check(&payload, signature, manifest) {
             Ok(()) => {
                 let record = serde_json::to_vec(&Kept {
-                    payload: layer.digest.clone(),
+                    payload: layer.digest,
                     signature: signature.clone(),
                 })
                 .expect("JSON of strings");
-                if let Some(dir) = kept.parent() {
-                    let _ = std::fs::create_dir_all(dir);
-                }
-                let tmp = kept.with_extension("partial");
-                if std::fs::write(&tmp, record).is_ok() {
-                    let _ = std::fs::rename(&tmp, &kept);
+                if let Err(e) = store.keep_signature_record(manifest, &record) {
+                    tracing::warn!(error = %e, "Cannot keep the verified signature; it is fetched again on the next load");
                 }
                 return Ok(());
             }

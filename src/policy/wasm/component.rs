@@ -1,59 +1,14 @@
-//! Checks on a component before it runs: read from its source and pinned, a
-//! component (not a core module), a policy plugin of a WIT version this host
-//! implements, importing only what the host gives.
+//! Checks on a component before it runs: a component (not a core module), a
+//! policy plugin of a WIT version this host implements, importing only what
+//! the host gives. Its bytes come from `policy::fetch`, already pinned.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
-use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::bindings::{WIT_PACKAGE, WIT_VERSION};
-use crate::policy::file::PluginConfig;
 use crate::policy::hook::Hook;
-use crate::policy::source::PluginSource;
-
-/// A component file: a regular file, of bounded size.
-pub(crate) fn read_component(path: &Path) -> Result<Vec<u8>, String> {
-    crate::policy::read::read_regular_file(path, crate::policy::read::MAX_PLUGIN_FILE)
-        .map_err(|e| format!("cannot read the file: {e}"))
-}
-
-/// The component's bytes from where the policy says, checked against its
-/// pin: a file's sha256, or an OCI artefact's manifest and layer digests.
-pub(crate) fn read_source(cfg: &PluginConfig) -> Result<Vec<u8>, String> {
-    match &cfg.source {
-        PluginSource::File { path, sha256 } => {
-            let wasm = read_component(path)?;
-            let digest: [u8; 32] = Sha256::digest(&wasm).into();
-            if let Some(pin) = sha256
-                && *pin != digest
-            {
-                return Err(format!(
-                    "sha256 is {}, but the policy file pins {}: ship the pinned file or update the pin",
-                    hex::encode(digest),
-                    hex::encode(pin)
-                ));
-            }
-            Ok(wasm)
-        }
-        #[cfg(feature = "oci")]
-        PluginSource::Oci(o) => {
-            let pulled = crate::policy::oci::fetch(o)?;
-            if pulled.pulled {
-                tracing::info!(plugin = %cfg.id, reference = %o.reference, bytes = pulled.wasm.len(), manifest = %pulled.manifest, layers = ?pulled.layers, took = ?pulled.took, "Policy plugin pulled");
-            } else {
-                tracing::info!(plugin = %cfg.id, reference = %o.reference, cache = %o.store.display(), "Policy plugin found in the cache; the registry was not contacted");
-            }
-            Ok(pulled.wasm)
-        }
-        #[cfg(not(feature = "oci"))]
-        PluginSource::Oci(_) => Err(
-            "this build has no OCI registry client (built without the `oci` feature): use an image built with it, or ship the component as a file".into(),
-        ),
-    }
-}
 
 /// Tells a core module or a non-wasm file from a component, with the fix.
 pub(crate) fn check_is_component(wasm: &[u8]) -> Result<(), String> {

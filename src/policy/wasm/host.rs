@@ -33,6 +33,10 @@ pub struct PluginLoadError {
     pub declared_at: Option<(PathBuf, usize)>,
     /// What is wrong, and how to fix it.
     pub message: String,
+    /// What kind of failure, for metrics and retries: a source's class
+    /// (`file`, `pin`, `auth`, `network`, `too-large`, `digest`, `manifest`,
+    /// `signature`, `cache`, `timeout`), or `engine`, `component`.
+    pub class: &'static str,
 }
 
 fn declared(at: &Option<(PathBuf, usize)>) -> String {
@@ -75,14 +79,16 @@ impl Host {
         &self.engine
     }
 
-    /// Reads, verifies, compiles (or loads from the cache), links and checks one
-    /// plugin, then has it validate its settings.
+    /// Compiles (or loads from the cache), links and checks one plugin's
+    /// component (`wasm`, fetched and pinned by `policy::fetch`), then has it
+    /// validate its settings.
     pub fn load(
         self: &Arc<Self>,
         cfg: &PluginConfig,
+        wasm: &[u8],
         cache: Option<(&Path, &cache::CacheKey)>,
     ) -> Result<WasmPlugin, PluginLoadError> {
-        let (plugin, _) = self.prepare(cfg, cache)?;
+        let plugin = self.prepare(cfg, wasm, cache)?;
         let info = plugin.info().map_err(|e| match e {
             CallError::Memory { limit_mib, wanted_mib } => cfg.error(format!(
                 "memory_limit_mib = {limit_mib} is too small for this plugin: starting an instance asked for at least {wanted_mib} MiB (its memories and tables together); raise memory_limit_mib"
@@ -98,17 +104,16 @@ impl Host {
         Ok(plugin)
     }
 
-    /// Everything [`Host::load`] does except calling the plugin; also returns
-    /// the component's bytes.
+    /// Everything [`Host::load`] does except calling the plugin.
     pub(crate) fn prepare(
         self: &Arc<Self>,
         cfg: &PluginConfig,
+        wasm: &[u8],
         cache: Option<(&Path, &cache::CacheKey)>,
-    ) -> Result<(WasmPlugin, Vec<u8>), PluginLoadError> {
+    ) -> Result<WasmPlugin, PluginLoadError> {
         let fail = |message: String| cfg.error(message);
-        let wasm = component::read_source(cfg).map_err(&fail)?;
-        let digest: [u8; 32] = Sha256::digest(&wasm).into();
-        let component = self.compile(&wasm, &digest, cache).map_err(fail)?;
+        let digest: [u8; 32] = Sha256::digest(wasm).into();
+        let component = self.compile(wasm, &digest, cache).map_err(fail)?;
         let hooks = exported_hooks(&self.engine, &component).map_err(fail)?;
         let selected: BTreeSet<Hook> = match &cfg.hooks {
             None => hooks.clone(),
@@ -142,7 +147,7 @@ impl Host {
             exported: hooks,
             plugin_type: cfg.plugin_type,
         };
-        Ok((plugin, wasm))
+        Ok(plugin)
     }
 
     fn compile(
@@ -180,6 +185,15 @@ impl PluginConfig {
             path: PathBuf::from(self.source.to_string()),
             declared_at: self.declared_at.clone(),
             message,
+            class: "component",
+        }
+    }
+
+    /// Its component cannot be had from its source.
+    pub(crate) fn source_error(&self, e: crate::policy::SourceError) -> PluginLoadError {
+        PluginLoadError {
+            class: e.class(),
+            ..self.error(e.to_string())
         }
     }
 }
@@ -200,25 +214,33 @@ fn cache_of(cfg: &PolicyFile) -> Option<(&Path, cache::CacheKey)> {
     }
 }
 
-/// Loads every plugin of a policy file into a chain. No engine exists unless
+/// Loads every plugin of a policy file into a chain, from their components
+/// as `policy::fetch` got them (in the file's order). No engine exists unless
 /// this is called, so users of the built-in policy pay nothing for wasm.
-pub fn load_chain(cfg: &PolicyFile, metrics: Arc<Metrics>) -> Result<Chain, PluginLoadError> {
+pub(crate) fn load_chain(
+    cfg: &PolicyFile,
+    components: Vec<Result<Vec<u8>, PluginLoadError>>,
+    metrics: Arc<Metrics>,
+) -> Result<Chain, PluginLoadError> {
     let host = Host::new().map_err(|e| PluginLoadError {
         id: String::new(),
         path: cfg.source.clone(),
         declared_at: None,
         message: format!("cannot start the WebAssembly engine: {e:#}"),
+        class: "engine",
     })?;
     let cache = cache_of(cfg);
     let mut plugins: Vec<Box<dyn PluginHooks>> = Vec::new();
-    for p in &cfg.plugins {
-        match host.load(p, cache.as_ref().map(|(d, k)| (*d, k))) {
+    for (p, wasm) in cfg.plugins.iter().zip(components) {
+        let loaded =
+            wasm.and_then(|wasm| host.load(p, &wasm, cache.as_ref().map(|(d, k)| (*d, k))));
+        match loaded {
             Ok(loaded) => plugins.push(Box::new(loaded)),
             // A plugin in monitor mode never changes the outcome: not even
             // whether the registrar starts.
             Err(e) if p.mode == Mode::Monitor => {
                 metrics.plugin_call(&p.id, "load", "error", std::time::Duration::ZERO);
-                tracing::warn!(plugin = %p.id, error = %e, "Plugin in monitor mode cannot be loaded; going on without it");
+                tracing::warn!(plugin = %p.id, error = %e, class = e.class, "Plugin in monitor mode cannot be loaded; going on without it");
             }
             Err(e) => return Err(e),
         }

@@ -30,9 +30,8 @@ mod watchdog;
 
 pub(crate) use bindings::WIT_PACKAGE;
 pub(crate) use compiler::{compile_in_child_processes, compile_worker};
-#[cfg(feature = "oci")]
-pub(crate) use component::read_component;
-pub(crate) use component::{check_is_component, read_source};
-pub use host::{Host, PluginLoadError, load_chain};
+pub(crate) use component::check_is_component;
+pub(crate) use host::load_chain;
+pub use host::{Host, PluginLoadError};
 pub use plugin::WasmPlugin;
 pub(crate) use sandbox::{CallPhases, last_call_phases};
