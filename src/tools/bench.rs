@@ -28,13 +28,21 @@ pub(super) fn run(cases: &Path, plugin: Option<&Path>, iterations: usize) -> any
         .max()
         .unwrap_or(0)
         .max(24);
-    println!(
+    outln!(
         "{:<width$} {:<12} {:>9} {:>9} {:>7} {:>12} {:>7} {:>7} {:>11}",
-        "case", "hook", "p50 µs", "p99 µs", "set-up", "instantiate", "call", "rest", "memory KiB"
+        "case",
+        "hook",
+        "p50 µs",
+        "p99 µs",
+        "set-up",
+        "instantiate",
+        "call",
+        "rest",
+        "memory KiB"
     );
     for case in &file.cases {
         let Ok((chain, ctx, input)) = loader.prepare(&file, case) else {
-            println!(
+            outln!(
                 "{:<width$} {:<12} skipped: the plugin does not load with these settings",
                 case.name,
                 case.hook.as_str()
@@ -64,13 +72,13 @@ pub(super) fn run(cases: &Path, plugin: Option<&Path>, iterations: usize) -> any
         } else {
             case.name.clone()
         };
-        println!("{}", row(&name, width, case.hook, &samples));
+        outln!("{}", row(&name, width, case.hook, &samples));
         per_hook.entry(case.hook).or_default().extend(samples);
     }
-    println!();
+    outln!();
     for (hook, samples) in &per_hook {
         let name = format!("all {} cases", hook.as_str());
-        println!("{}", row(&name, width, *hook, samples));
+        outln!("{}", row(&name, width, *hook, samples));
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `plugin cache-key`: a new random key for `policy.cache_key_file`.
 
 pub(super) fn run() -> anyhow::Result<()> {
-    println!("{}", crate::policy::wasm::cache::CacheKey::generate()?);
+    outln!("{}", crate::policy::wasm::cache::CacheKey::generate()?);
     Ok(())
 }

@@ -14,6 +14,9 @@
 //! The core never imports this wing; only `main` and the tests reach it.
 
 #[cfg(feature = "wasm")]
+#[macro_use]
+mod out;
+#[cfg(feature = "wasm")]
 pub(crate) mod author;
 #[cfg(feature = "wasm")]
 mod bench;
@@ -75,11 +78,10 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
                 eprintln!("error: {e}");
                 return Some(ExitCode::from(2));
             }
-            // The plugin tools only print: end quietly when the reader goes away
-            // (`| head`) instead of panicking on EPIPE. Not for the demo: its
-            // sockets must see EPIPE as an error, not die of SIGPIPE.
-            // SAFETY: restoring a signal's default disposition has no preconditions.
-            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            // SIGPIPE stays ignored: a registry that closes while a push is
+            // being written is an error that names it, not a silent death.
+            // A reader of stdout that goes away (`| head`) ends the tool
+            // quietly instead (`outln!`).
             match cmd {
                 P::CompileWorker => return Some(crate::policy::wasm::compile_worker()),
                 P::CacheKey => cache_key::run(),

@@ -50,7 +50,7 @@ pub(super) fn push(wasm: &Path, reference: &str) -> anyhow::Result<()> {
         inspection.size_bytes,
         inspection.sha256
     );
-    println!("{}", pinned_line(&reference, &digest));
+    outln!("{}", pinned_line(&reference, &digest));
     Ok(())
 }
 
@@ -91,9 +91,9 @@ pub(super) fn pull(reference: &str, output: Option<&Path>) -> anyhow::Result<()>
             .map(|o| format!(" into {}", o.display()))
             .unwrap_or_default()
     );
-    println!("{}", pinned_line(&source.reference, &digest));
+    outln!("{}", pinned_line(&source.reference, &digest));
     if let Some(p) = &source.path_in_image {
-        println!("oci_path = \"{p}\"");
+        outln!("oci_path = \"{p}\"");
     }
     Ok(())
 }

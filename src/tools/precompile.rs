@@ -11,7 +11,7 @@ pub(super) fn run(wasm: &[PathBuf], cache_dir: &Path, key_file: &Path) -> anyhow
     let host = author::host()?;
     for w in wasm {
         let entry = author::precompile(&host, w, cache_dir, &key)?;
-        println!("{} -> {}", w.display(), entry.display());
+        outln!("{} -> {}", w.display(), entry.display());
     }
     Ok(())
 }
@@ -30,7 +30,7 @@ pub(super) fn run_policy(policy: &Path) -> anyhow::Result<()> {
     let host = author::host()?;
     for p in &cfg.plugins {
         let entry = author::precompile_config(&host, p, dir, &key)?;
-        println!("{} ({}) -> {}", p.id, p.source, entry.display());
+        outln!("{} ({}) -> {}", p.id, p.source, entry.display());
     }
     Ok(())
 }

@@ -73,7 +73,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         Ok(mut out) => {
             out["hook"] = serde_json::json!(hook.as_str());
             out["took_us"] = serde_json::json!(took);
-            println!("{}", serde_json::to_string_pretty(&out)?);
+            outln!("{}", serde_json::to_string_pretty(&out)?);
             Ok(())
         }
         Err(e) => {
@@ -82,7 +82,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
                 "error": e.message,
                 "took_us": took,
             });
-            println!("{}", serde_json::to_string_pretty(&out)?);
+            outln!("{}", serde_json::to_string_pretty(&out)?);
             Err(e.into())
         }
     }

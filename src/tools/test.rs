@@ -40,15 +40,15 @@ pub(super) fn run(
         match outcome {
             Ok(()) => {
                 passed += 1;
-                println!("PASS  {}", case.name);
+                outln!("PASS  {}", case.name);
             }
             Err(diff) => {
                 failed += 1;
-                println!("FAIL  {}: {diff}", case.name);
+                outln!("FAIL  {}: {diff}", case.name);
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
+    outln!("{passed} passed, {failed} failed");
     if let Some(junit) = junit {
         let mut report = Report::new("plugin test");
         report.add_test_suite(suite);

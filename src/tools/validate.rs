@@ -15,7 +15,7 @@ pub(super) fn run(wasm: &Path, settings: &SettingsArgs) -> anyhow::Result<()> {
         crate::policy::fetch::component_blocking(&cfg).map_err(|e| cfg.source_error(e))?;
     let plugin = author::host()?.load(&cfg, &component, None)?;
     let hooks: Vec<_> = plugin.exported_hooks().iter().map(|h| h.as_str()).collect();
-    println!(
+    outln!(
         "ok: {} loads with these settings; hooks: {}",
         wasm.display(),
         hooks.join(", ")
