@@ -64,6 +64,26 @@ pub mod wasm {
     }
 }
 
+/// What the pull path makes of what a registry sends (for the fuzz target).
+pub mod oci {
+    /// The store file names (`blobs/sha256/<name>`) a manifest's plan would
+    /// fetch next, or why it is refused.
+    #[cfg(feature = "oci")]
+    pub fn planned_store_names(
+        manifest: &[u8],
+        path_in_image: Option<&str>,
+        max: u64,
+    ) -> Result<Vec<String>, String> {
+        crate::policy::oci::planned_digests(manifest, path_in_image, max)
+            .map(|ds| ds.iter().map(|d| d.hex()).collect())
+    }
+
+    /// The store file name of a digest as text, if it is one.
+    pub fn store_name(digest: &str) -> Option<String> {
+        crate::policy::Digest::parse(digest).ok().map(|d| d.hex())
+    }
+}
+
 /// Generous: CI machines are slow and shared, and nothing here waits this
 /// long unless something is broken.
 pub const PATIENCE: Duration = Duration::from_secs(20);

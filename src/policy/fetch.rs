@@ -32,7 +32,7 @@ pub(crate) enum SourceError {
     /// The pull from a registry.
     #[cfg(feature = "oci")]
     #[error(transparent)]
-    Pull(#[from] super::oci::PullError),
+    Pull(#[from] Box<super::oci::PullError>),
     /// An `oci` source in a build without the registry client.
     #[cfg(not(feature = "oci"))]
     #[error(
@@ -83,7 +83,7 @@ pub(crate) async fn component(cfg: &PluginConfig) -> Result<Vec<u8>, SourceError
         }
         #[cfg(feature = "oci")]
         PluginSource::Oci(o) => {
-            let pulled = super::oci::fetch(o).await?;
+            let pulled = super::oci::fetch(o).await.map_err(Box::new)?;
             if pulled.pulled {
                 tracing::info!(plugin = %cfg.id, reference = %o.reference, bytes = pulled.wasm.len(), manifest = %pulled.manifest, layers = ?pulled.layers, took = ?pulled.took, "Policy plugin pulled");
             } else {

@@ -23,7 +23,8 @@
 
 mod chain;
 mod decision;
-mod digest;
+pub(crate) mod digest;
+#[cfg(feature = "wasm")]
 pub(crate) mod fetch;
 pub(crate) mod file;
 mod hook;
@@ -40,7 +41,8 @@ pub(crate) use decision::EXIT_FAILURE;
 pub use decision::{
     Context, DefaultPolicy, Failure, FailureAction, Policy, PolicyError, Registration,
 };
-pub(crate) use digest::{Digest, DigestError};
+pub(crate) use digest::Digest;
+#[cfg(feature = "wasm")]
 pub(crate) use fetch::SourceError;
 pub use file::PolicyFileError;
 pub use hook::Hook;

@@ -213,6 +213,19 @@ pub(super) fn plan(bytes: &[u8], path_in_image: Option<&str>, max: u64) -> Resul
     Ok(Plan::Image(tars))
 }
 
+/// The digests a manifest's plan would fetch next (for the fuzz target):
+/// each one a store file name.
+pub(crate) fn planned_digests(
+    bytes: &[u8],
+    path_in_image: Option<&str>,
+    max: u64,
+) -> Result<Vec<Digest>, String> {
+    Ok(match plan(bytes, path_in_image, max)? {
+        Plan::Index(d) | Plan::Wasm(d) => vec![d.digest],
+        Plan::Image(layers) => layers.into_iter().map(|d| d.digest).collect(),
+    })
+}
+
 /// The manifest of an index to use: a wasm platform's, else this machine's
 /// Linux one, else the only one that is not an attestation.
 fn choose_platform(entries: &[Descriptor]) -> Result<Descriptor, String> {

@@ -20,5 +20,6 @@ mod registry;
 mod signature;
 mod store;
 
+pub(crate) use artifact::planned_digests;
 pub(crate) use pull::{PullError, fetch, resolve};
 pub(crate) use push::{ComponentInfo, push};

@@ -15,8 +15,9 @@ use super::artifact::{self, Layer, Plan};
 use super::registry::{ACCEPTED_MANIFESTS, MANIFEST_LIMIT, MAX_MANIFEST, Registry, RegistryError};
 use super::signature;
 use super::store::{Store, StoreError};
+use crate::policy::Digest;
+use crate::policy::digest::DigestError;
 use crate::policy::source::{OciReference, OciSource, RegistryOptions};
-use crate::policy::{Digest, DigestError};
 
 /// A component fetched from an OCI source.
 #[derive(Debug)]

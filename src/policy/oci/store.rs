@@ -519,7 +519,7 @@ mod tests {
 
         rustix::fs::mkfifoat(
             rustix::fs::CWD,
-            &store.path(&digest),
+            store.path(&digest),
             Mode::from_raw_mode(0o600),
         )
         .unwrap();
