@@ -614,3 +614,102 @@ trait TakeBytes: std::io::Read + Sized {
     }
 }
 impl<R: std::io::Read> TakeBytes for R {}
+
+/// An HTTPS registry (trusted through `registry_ca_file`) that redirects a
+/// manifest to plain HTTP: the redirect is not followed, and nothing reaches
+/// the plain-HTTP address. HTTP/1.1 over rustls on a socket, since the
+/// redirect is the point.
+#[test]
+fn a_redirect_from_https_to_http_is_not_followed() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let node = Node::new();
+    let tls = tempfile::tempdir().unwrap();
+    let (cert, key) = common::registry::tls_files(tls.path());
+    let certs: Vec<_> = CertificateDer::pem_file_iter(&cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&key).unwrap();
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap(),
+    );
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    plain.set_nonblocking(true).unwrap();
+    let target = format!(
+        "http://{}/v2/r/blobs/elsewhere",
+        plain.local_addr().unwrap()
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let location = target.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { break };
+            let (config, location) = (config.clone(), location.clone());
+            std::thread::spawn(move || {
+                let server = rustls::ServerConnection::new(config).unwrap();
+                let mut tls = rustls::StreamOwned::new(server, conn);
+                let mut reader = BufReader::new(&mut tls);
+                let mut requests = Vec::new();
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                            break;
+                        }
+                    }
+                    requests.push(request.clone());
+                    let answer = if request.starts_with("GET /v2/ ") {
+                        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".to_owned()
+                    } else {
+                        format!(
+                            "HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n"
+                        )
+                    };
+                    let stream = reader.get_mut();
+                    if stream
+                        .write_all(answer.as_bytes())
+                        .and_then(|()| stream.flush())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let toml = format!(
+        "{}registry_ca_file = \"{}\"\n[[plugin]]\nid = \"p\"\noci = \"{addr}/r@{}\"\n",
+        cached_policy(node.path(), &node.path().join("cache")),
+        tls.path().join("ca.pem").display(),
+        digest(b"anything")
+    );
+    let err = match load(node.path(), &toml) {
+        Ok(_) => panic!("a redirect to plain HTTP loaded"),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains(&format!(
+            "the registry redirected from HTTPS to {target}, which is plain HTTP: not followed"
+        )),
+        "{err}"
+    );
+    assert!(
+        matches!(plain.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing reached the plain-HTTP address"
+    );
+    node.assert_unharmed();
+}

@@ -34,6 +34,86 @@ pub fn tool(name: &str, install: &str) -> Option<PathBuf> {
     found
 }
 
+/// A CA (`DIR/ca.pem`) and a certificate for 127.0.0.1 signed by it
+/// (`DIR/cert.pem`, key `DIR/key.pem`, P-256), made with openssl: a
+/// self-signed CA used as the server's own is refused by webpki.
+pub fn tls_files(d: &Path) -> (PathBuf, PathBuf) {
+    // A CA, and a server certificate for 127.0.0.1 signed by it (a
+    // self-signed CA used as the server's own is refused by webpki).
+    let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
+    std::fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    for args in [
+        [
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-days",
+                "2",
+                "-subj",
+                "/CN=test-ca",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+            ],
+        ]
+        .concat(),
+        [
+            &["req"][..],
+            &ec,
+            &[
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                "key.pem",
+                "-out",
+                "leaf.csr",
+            ],
+        ]
+        .concat(),
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "cert.pem",
+        ],
+    ] {
+        let out = Command::new("openssl")
+            .current_dir(d)
+            .args(&args)
+            .output()
+            .expect("running openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (cert, key)
+}
+
 /// A registry process, stopped when dropped.
 pub struct Registry {
     child: Child,
@@ -70,82 +150,13 @@ impl Registry {
         );
         let mut ca = None;
         if opts.tls {
-            // A CA, and a server certificate for 127.0.0.1 signed by it (a
-            // self-signed CA used as the server's own is refused by webpki).
-            let d = dir.path();
-            let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
-            std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n").unwrap();
-            let ec = [
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-            ];
-            for args in [
-                [
-                    &["req", "-x509"][..],
-                    &ec,
-                    &[
-                        "-days",
-                        "2",
-                        "-subj",
-                        "/CN=test-ca",
-                        "-keyout",
-                        "ca.key",
-                        "-out",
-                        "ca.pem",
-                    ],
-                ]
-                .concat(),
-                [
-                    &["req"][..],
-                    &ec,
-                    &[
-                        "-subj",
-                        "/CN=127.0.0.1",
-                        "-keyout",
-                        "key.pem",
-                        "-out",
-                        "leaf.csr",
-                    ],
-                ]
-                .concat(),
-                vec![
-                    "x509",
-                    "-req",
-                    "-in",
-                    "leaf.csr",
-                    "-CA",
-                    "ca.pem",
-                    "-CAkey",
-                    "ca.key",
-                    "-CAcreateserial",
-                    "-days",
-                    "2",
-                    "-extfile",
-                    "ext.cnf",
-                    "-out",
-                    "cert.pem",
-                ],
-            ] {
-                let out = Command::new("openssl")
-                    .current_dir(d)
-                    .args(&args)
-                    .output()
-                    .expect("running openssl");
-                assert!(
-                    out.status.success(),
-                    "openssl {args:?}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
+            let (cert, key) = tls_files(dir.path());
             config.push_str(&format!(
                 "  tls:\n    certificate: {}\n    key: {}\n",
                 cert.display(),
                 key.display()
             ));
-            ca = Some(d.join("ca.pem"));
+            ca = Some(dir.path().join("ca.pem"));
         }
         if opts.auth {
             let htpasswd = dir.path().join("htpasswd");
