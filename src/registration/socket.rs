@@ -232,31 +232,30 @@ impl RegistrationSocket {
             path: path.clone(),
             source,
         };
-        // The temporary name (`.` and 6 random characters) is never longer
-        // than a registration socket's name, so the length check covers it.
-        let temp = {
-            // Upstream binds under umask 0077 so the socket is never reachable by
-            // others, not even for an instant; chmod afterwards covers a umask
-            // changed by another thread meanwhile.
-            let old = unsafe { libc::umask(0o077) };
-            let bound = tempfile::Builder::new()
-                .prefix(".")
-                .make_in(dir, |p| std::os::unix::net::UnixListener::bind(p));
-            unsafe { libc::umask(old) };
-            bound.map_err(bind_err)?
-        };
-        std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(0o700))
+        // The socket is bound as `s` in a private directory (`.` and 6
+        // random characters, mode 0700) beside its final place, so it is never
+        // reachable by others, not even for an instant, without changing the
+        // process-wide umask under the other threads (upstream binds under
+        // umask 0077). That path is never longer than a registration socket's
+        // (`.XXXXXX/s` is 9 bytes, `x-reg.sock` 10), so the length check
+        // covers it.
+        let private = tempfile::Builder::new()
+            .prefix(".")
+            .tempdir_in(dir)
             .map_err(bind_err)?;
-        generation.stamp(temp.path()).map_err(bind_err)?;
-        let meta = std::fs::symlink_metadata(temp.path()).map_err(bind_err)?;
+        let temp = private.path().join("s");
+        let listener = std::os::unix::net::UnixListener::bind(&temp).map_err(bind_err)?;
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o700))
+            .map_err(bind_err)?;
+        generation.stamp(&temp).map_err(bind_err)?;
+        let meta = std::fs::symlink_metadata(&temp).map_err(bind_err)?;
         let identity = (meta.dev(), meta.ino());
 
-        if !take_over(temp.path(), &path, generation, mine)? {
-            return Ok(Bound::Taken); // `temp` is removed on drop
+        if !take_over(&temp, &path, generation, mine)? {
+            return Ok(Bound::Taken); // `private` and the socket in it are removed on drop
         }
-        // The temporary name is gone: keep the drop from removing whatever
-        // someone might create under it later.
-        let (listener, _) = temp.keep().map_err(|e| bind_err(e.error))?;
+        // The socket has left the private directory, now empty.
+        drop(private);
         listener.set_nonblocking(true).map_err(bind_err)?;
         let listener = tokio::net::UnixListener::from_std(listener).map_err(bind_err)?;
         LIVE.lock()
