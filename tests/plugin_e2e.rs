@@ -223,6 +223,55 @@ async fn a_failing_plugin_stops_start_up_or_is_skipped_as_configured() {
     assert_eq!(registrar.stop().await, 0);
 }
 
+/// Under an address-space limit of 4 GiB the engine's instance pool cannot
+/// be reserved. A plugin that must run stops start-up with the limit to
+/// raise; one with `on_error = "skip"` is left out, and the driver registers.
+#[tokio::test]
+async fn an_engine_that_cannot_start_stops_start_up_or_skips_as_configured() {
+    let sb = Sandbox::new();
+    let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
+        .await
+        .unwrap();
+    let limit = 4 << 30;
+    let policy = write_policy(
+        sb.dir.path(),
+        &misbehave("loop", "hooks = [\"driver-name\"]"),
+    );
+    let args = [format!("--policy-config={}", policy.display())];
+    let mut registrar = Process::spawn_limited(&sb, &args, limit);
+    assert_eq!(registrar.exit_code().await, 1);
+    let log = registrar.log_text();
+    assert!(
+        log.contains("cannot start the WebAssembly engine: ")
+            && log.contains(
+                "raise or remove the process's address-space limit (ulimit -v, RLIMIT_AS)"
+            ),
+        "{log}"
+    );
+    assert_eq!(std::fs::read_dir(&sb.registry).unwrap().count(), 0);
+
+    let policy = write_policy(
+        sb.dir.path(),
+        &misbehave("loop", "on_error = \"skip\"\nhooks = [\"driver-name\"]"),
+    );
+    let args = [format!("--policy-config={}", policy.display())];
+    let registrar = Process::spawn_limited(&sb, &args, limit);
+    assert!(
+        appears(&sb.socket(DRIVER)).await,
+        "log:\n{}",
+        registrar.log_text()
+    );
+    assert!(kubelet_registers(&sb.socket(DRIVER)).await);
+    assert!(
+        registrar
+            .log_text()
+            .contains("going on without them, with the built-in policy"),
+        "{}",
+        registrar.log_text()
+    );
+    assert_eq!(registrar.stop().await, 0);
+}
+
 #[tokio::test]
 async fn plugin_logs_and_output_reach_the_registrar_log() {
     let sb = Sandbox::new();

@@ -22,8 +22,20 @@ impl Process {
         Self::spawn_raw(sandbox.dir.path(), &args)
     }
 
+    /// As [`Process::spawn`], under an address-space limit (RLIMIT_AS) of
+    /// `bytes`, as `ulimit -v` or a runtime's limit gives it.
+    pub fn spawn_limited(sandbox: &Sandbox, extra: &[String], bytes: u64) -> Self {
+        let mut args = sandbox.args();
+        args.extend(extra.iter().cloned());
+        Self::start(sandbox.dir.path(), &args, Some(bytes))
+    }
+
     /// With exactly these arguments; the log goes to a file in `dir`.
     pub fn spawn_raw(dir: &Path, args: &[String]) -> Self {
+        Self::start(dir, args, None)
+    }
+
+    fn start(dir: &Path, args: &[String], address_space: Option<u64>) -> Self {
         let log = tempfile::Builder::new()
             .prefix("registrar-")
             .suffix(".log")
@@ -40,11 +52,21 @@ impl Process {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .kill_on_drop(true);
-        // SAFETY: prctl is async-signal-safe. If the test process dies without
-        // running destructors (a crash), the kernel still kills the registrar.
+        // SAFETY: prctl and setrlimit are async-signal-safe. If the test
+        // process dies without running destructors (a crash), the kernel
+        // still kills the registrar.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some(bytes) = address_space {
+                    let limit = libc::rlimit {
+                        rlim_cur: bytes,
+                        rlim_max: bytes,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 Ok(())
             });
         }

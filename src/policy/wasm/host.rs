@@ -10,13 +10,14 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, HasSelf, Linker};
 
 use super::bindings::{self, WIT_PACKAGE, WIT_VERSION};
+use super::compiler::CONCURRENT_INSTANCES;
 use super::component::{self, exported_hooks};
 use super::plugin::{GuestHooks, WasmPlugin};
 use super::sandbox::{HostState, Timers};
 use super::{cache, compiler};
 use crate::metrics::Metrics;
 use crate::policy::chain::{CallError, Chain, PluginHooks};
-use crate::policy::file::{Mode, PluginConfig, PolicyFile};
+use crate::policy::file::{MAX_MEMORY_LIMIT_MIB, Mode, OnError, PluginConfig, PolicyFile};
 use crate::policy::hook::Hook;
 
 /// A plugin that cannot be loaded, in the plugin author's terms: which
@@ -222,13 +223,45 @@ pub(crate) fn load_chain(
     components: Vec<Result<Vec<u8>, PluginLoadError>>,
     metrics: Arc<Metrics>,
 ) -> Result<Chain, PluginLoadError> {
-    let host = Host::new().map_err(|e| PluginLoadError {
-        id: String::new(),
-        path: cfg.source.clone(),
-        declared_at: None,
-        message: format!("cannot start the WebAssembly engine: {e:#}"),
-        class: "engine",
-    })?;
+    let host = match Host::new() {
+        Ok(host) => host,
+        Err(e) => {
+            let text = format!("{e:#}");
+            let hint = if text.contains("pool") || text.contains("mmap") || text.contains("mapping")
+            {
+                format!(
+                    ": its instance slots reserve address space up front ({CONCURRENT_INSTANCES} instances, each memory's slot sized for memory_limit_mib up to {MAX_MEMORY_LIMIT_MIB} MiB); raise or remove the process's address-space limit (ulimit -v, RLIMIT_AS)"
+                )
+            } else {
+                String::new()
+            };
+            let err = PluginLoadError {
+                id: String::new(),
+                path: cfg.source.clone(),
+                declared_at: None,
+                message: format!("cannot start the WebAssembly engine: {text}{hint}"),
+                class: "engine",
+            };
+            // Plugins that may be left out are, as when one of them fails.
+            if cfg
+                .plugins
+                .iter()
+                .all(|p| p.mode == Mode::Monitor || p.on_error == OnError::Skip)
+            {
+                for p in &cfg.plugins {
+                    metrics.plugin_call(&p.id, "load", "error", std::time::Duration::ZERO);
+                }
+                tracing::warn!(error = %err, "Every plugin may be skipped (on_error = \"skip\" or mode = \"monitor\"); going on without them, with the built-in policy");
+                return Ok(Chain::new(
+                    Vec::new(),
+                    cfg.min_retry,
+                    cfg.max_retry,
+                    metrics,
+                ));
+            }
+            return Err(err);
+        }
+    };
     let cache = cache_of(cfg);
     let mut plugins: Vec<Box<dyn PluginHooks>> = Vec::new();
     for (p, wasm) in cfg.plugins.iter().zip(components) {
