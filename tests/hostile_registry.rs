@@ -479,6 +479,21 @@ fn a_proxy_that_is_down_is_named() {
     assert_eq!(registry.served.asked(""), 0, "nothing reached the registry");
 }
 
+/// An HTTP/1.1 request's line, its headers read past (no body: the stand-ins
+/// answer before reading one); `None` at the end of the connection.
+fn read_request(reader: &mut impl BufRead) -> Option<String> {
+    let mut request = String::new();
+    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+        return None;
+    }
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+            return Some(request);
+        }
+    }
+}
+
 /// Runs the binary under an address-space limit of 1 GiB, at most PATIENCE.
 fn cli_capped(args: &[&str]) -> std::process::Output {
     use std::os::unix::process::CommandExt;
@@ -533,17 +548,7 @@ fn a_registry_that_closes_during_a_push_is_an_error_not_a_silent_death() {
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(conn.try_clone().unwrap());
                 let mut conn = conn;
-                loop {
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    loop {
-                        let mut header = String::new();
-                        if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
-                            break;
-                        }
-                    }
+                while let Some(request) = read_request(&mut reader) {
                     let answer = match request.split(' ').next().unwrap_or("") {
                         "GET" => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
                         "HEAD" => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
@@ -659,19 +664,7 @@ fn a_redirect_from_https_to_http_is_not_followed() {
                 let server = rustls::ServerConnection::new(config).unwrap();
                 let mut tls = rustls::StreamOwned::new(server, conn);
                 let mut reader = BufReader::new(&mut tls);
-                let mut requests = Vec::new();
-                loop {
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    loop {
-                        let mut header = String::new();
-                        if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
-                            break;
-                        }
-                    }
-                    requests.push(request.clone());
+                while let Some(request) = read_request(&mut reader) {
                     let answer = if request.starts_with("GET /v2/ ") {
                         "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".to_owned()
                     } else {
