@@ -369,22 +369,22 @@ fn ten_thousand_layers_are_refused_before_any_is_fetched() {
 }
 
 /// 64 MiB of zeros compress to about 64 KiB; `pull_max_mib = 1` bounds what
-/// comes out of the decompressor, not only what the registry sends.
+/// comes out of the decompressor, not only what the registry sends. The zeros
+/// are another file in front of the component, so no header gives them away:
+/// only counting what is decompressed stops them.
 #[test]
 fn a_decompression_bomb_stops_at_pull_max_mib() {
     let registry = StandIn::start(Router::new());
     let node = Node::new();
     let mut tar = tar::Builder::new(Vec::new());
-    let mut h = tar::Header::new_gnu();
-    h.set_size(64 << 20);
-    h.set_mode(0o644);
-    h.set_cksum();
-    tar.append_data(
-        &mut h,
-        "plugin.wasm",
-        std::io::repeat(0).take_bytes(64 << 20),
-    )
-    .unwrap();
+    for (name, size) in [("filler", 64u64 << 20), ("plugin.wasm", 8)] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(size);
+        h.set_mode(0o644);
+        h.set_cksum();
+        tar.append_data(&mut h, name, std::io::repeat(0).take_bytes(size))
+            .unwrap();
+    }
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     gz.write_all(&tar.into_inner().unwrap()).unwrap();
     let layer = gz.finish().unwrap();
@@ -401,8 +401,7 @@ fn a_decompression_bomb_stops_at_pull_max_mib() {
         "oci_path = \"/plugin.wasm\"",
     );
     assert!(
-        err.contains("/plugin.wasm is 67108864 bytes, more than the 1048576 allowed (pull_max_mib)")
-            || err.contains("the layers decompress to more than the 1048576 bytes allowed (pull_max_mib); stopped reading"),
+        err.contains("the layers decompress to more than the 1048576 bytes allowed (pull_max_mib); stopped reading"),
         "{err}"
     );
     node.assert_unharmed();
