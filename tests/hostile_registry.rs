@@ -106,12 +106,7 @@ impl StandIn {
                 }
             }
         });
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        rt.spawn(async move { axum::serve(listener, app).await });
+        let (addr, rt) = serve_on_loopback(app);
         StandIn {
             addr,
             served,

@@ -573,12 +573,7 @@ fn a_registry_that_sends_too_much_is_cut_off() {
             "/v2/lies/manifest/manifests/{reference}",
             get(move || async move { endless() }),
         );
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    rt.spawn(async move { axum::serve(listener, app).await });
+    let (addr, _server) = serve_on_loopback(app);
 
     let keys = format!("insecure_registries = [\"{addr}\"]");
     for (reference, words) in [

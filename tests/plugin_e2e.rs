@@ -207,20 +207,12 @@ async fn a_failing_plugin_stops_start_up_or_is_skipped_as_configured() {
         ),
     );
     let registrar = Process::spawn(&sb, &[format!("--policy-config={}", policy.display())]);
-    assert!(
-        appears(&sb.socket(DRIVER)).await,
-        "log:\n{}",
-        registrar.log_text()
-    );
-    assert!(kubelet_registers(&sb.socket(DRIVER)).await);
-    assert!(
-        registrar
-            .log_text()
-            .contains(r#"on_error = \"skip\": going on without it"#),
-        "{}",
-        registrar.log_text()
-    );
-    assert_eq!(registrar.stop().await, 0);
+    registers_saying(
+        registrar,
+        &sb,
+        r#"on_error = \"skip\": going on without it"#,
+    )
+    .await;
 }
 
 /// Under an address-space limit of 4 GiB the engine's instance pool cannot
@@ -256,20 +248,12 @@ async fn an_engine_that_cannot_start_stops_start_up_or_skips_as_configured() {
     );
     let args = [format!("--policy-config={}", policy.display())];
     let registrar = Process::spawn_limited(&sb, &args, limit);
-    assert!(
-        appears(&sb.socket(DRIVER)).await,
-        "log:\n{}",
-        registrar.log_text()
-    );
-    assert!(kubelet_registers(&sb.socket(DRIVER)).await);
-    assert!(
-        registrar
-            .log_text()
-            .contains("going on without them, with the built-in policy"),
-        "{}",
-        registrar.log_text()
-    );
-    assert_eq!(registrar.stop().await, 0);
+    registers_saying(
+        registrar,
+        &sb,
+        "going on without them, with the built-in policy",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -441,5 +425,19 @@ async fn a_versions_plugin_is_checked_as_the_kubelet_checks_the_plugin_type() {
         "{}",
         registrar.log_text()
     );
+    assert_eq!(registrar.stop().await, 0);
+}
+
+/// The driver's socket appears, the kubelet registers it, the log says
+/// `words`, and the registrar then stops cleanly.
+async fn registers_saying(registrar: Process, sb: &Sandbox, words: &str) {
+    assert!(
+        appears(&sb.socket(DRIVER)).await,
+        "log:\n{}",
+        registrar.log_text()
+    );
+    assert!(kubelet_registers(&sb.socket(DRIVER)).await);
+    let log = registrar.log_text();
+    assert!(log.contains(words), "{log}");
     assert_eq!(registrar.stop().await, 0);
 }

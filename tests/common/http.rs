@@ -42,3 +42,15 @@ pub async fn http_until(port: u16, path: &str, code: u16) -> Option<(u16, String
     }
     last
 }
+
+/// Serves `app` on a loopback port until the returned runtime is dropped;
+/// its `127.0.0.1:PORT`.
+pub fn serve_on_loopback(app: axum::Router) -> (String, tokio::runtime::Runtime) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    rt.spawn(async move { axum::serve(listener, app).await });
+    (addr, rt)
+}
