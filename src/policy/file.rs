@@ -71,19 +71,24 @@ pub enum Mode {
     Monitor,
 }
 
+/// The file as written, before any check: every key it may have.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
+    /// `[policy]`: what applies to every plugin.
     #[serde(default)]
     policy: RawPolicy,
+    /// `[[plugin]]`: the plugins, in the order they run.
     #[serde(default)]
     plugin: Vec<RawPlugin>,
 }
 
+/// `[policy]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPolicy {
-    /// Where compiled plugins are cached (created 0700). Absent: compile at every start.
+    /// Where compiled plugins are cached (created 0700), relative to the
+    /// policy file's directory. Absent: compile at every start.
     cache_dir: Option<PathBuf>,
     /// A file holding the secret that binds cache entries to their pins; it
     /// must live outside the cache directory. Absent: the cache is not used.
@@ -91,7 +96,11 @@ struct RawPolicy {
     /// Retired: deadlines are armed per call. An old file that sets it is
     /// warned about, not refused.
     epoch_tick_ms: Option<Spanned<toml::Value>>,
+    /// The shortest retry delay a failure hook may ask for (1 ms to 1 h,
+    /// default 500 ms).
     min_retry_ms: Option<Spanned<u64>>,
+    /// The longest retry delay a failure hook may ask for (1 ms to 1 h,
+    /// default 5 min); at least `min_retry_ms`.
     max_retry_ms: Option<Spanned<u64>>,
     /// Credentials for `oci` plugins: a `.dockerconfigjson` file.
     registry_auth_file: Option<PathBuf>,
@@ -100,26 +109,44 @@ struct RawPolicy {
     /// `HOST:PORT`s pulled from over plain HTTP.
     #[serde(default)]
     insecure_registries: Vec<Spanned<String>>,
+    /// The bound of a whole pull: resolving, fetching, checking and
+    /// extracting (1 ms to 1 h, default 60 s).
     pull_timeout_ms: Option<Spanned<u64>>,
+    /// The bound of what a pull downloads, and of what it decompresses
+    /// (1 to 4096 MiB, default 256).
     pull_max_mib: Option<Spanned<u64>>,
+    /// `[policy.defaults]`: limits for plugins that do not set their own.
     #[serde(default)]
     defaults: RawLimits,
 }
 
+/// `[policy.defaults]`, and the same keys in a `[[plugin]]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
+    /// The deadline of one call, instantiation included (1 to 999 ms,
+    /// default 100).
     timeout_ms: Option<Spanned<u64>>,
+    /// The memory cap of one instance, memories and tables together (1 to
+    /// 4096 MiB, default 32).
     memory_limit_mib: Option<Spanned<u64>>,
+    /// What a plugin's error does: `fail` (default) or `skip`.
     on_error: Option<OnError>,
+    /// Whether decisions are applied: `enforce` (default) or `monitor`.
     mode: Option<Mode>,
 }
 
+/// `[[plugin]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPlugin {
+    /// Its name in logs, metrics and errors: letters, digits, `-`, `_`, `.`;
+    /// unique in the file.
     id: Spanned<String>,
+    /// The component file, relative to the policy file's directory; with
+    /// `sha256`. Either this or `oci`.
     path: Option<Spanned<PathBuf>>,
+    /// The pin of `path`: 64 hex digits, `sha256:` allowed before them.
     sha256: Option<Spanned<String>>,
     /// `REGISTRY/REPOSITORY@sha256:<manifest digest>`, instead of `path`.
     oci: Option<Spanned<String>>,
@@ -127,15 +154,22 @@ struct RawPlugin {
     oci_path: Option<Spanned<String>>,
     /// A cosign public key the artefact must be signed with.
     cosign_key: Option<Spanned<PathBuf>>,
+    /// Load `path` without a `sha256` pin (for development).
     #[serde(default)]
     allow_unpinned: bool,
+    /// The hooks that run (default: every hook the component exports).
     hooks: Option<Vec<Hook>>,
     // The same keys as `[policy.defaults]`, spelled out: `serde(flatten)` would
     // lose the spans and defeat `deny_unknown_fields`.
+    /// As in `[policy.defaults]`.
     timeout_ms: Option<Spanned<u64>>,
+    /// As in `[policy.defaults]`.
     memory_limit_mib: Option<Spanned<u64>>,
+    /// As in `[policy.defaults]`.
     on_error: Option<OnError>,
+    /// As in `[policy.defaults]`.
     mode: Option<Mode>,
+    /// `[plugin.settings]`: handed to the plugin as JSON, which checks it.
     #[serde(default)]
     settings: toml::Table,
 }
@@ -237,85 +271,171 @@ impl PolicyFile {
             key: e.key,
             message: e.message,
         })?;
-        let invalid =
-            |span: std::ops::Range<usize>, key: &str, message: String| PolicyFileError::Invalid {
-                path: path.to_owned(),
-                line: line_of(text, span.start),
-                key: Some(key.to_owned()),
-                message,
-            };
-        // `key` is dotted from the top; the message names its last part.
-        let ranged = |v: &Option<Spanned<u64>>, key: &str, default: u64, lo: u64, hi: u64| match v {
-            None => Ok(default),
-            Some(s) if (lo..=hi).contains(s.get_ref()) => Ok(*s.get_ref()),
-            Some(s) => Err(invalid(
-                s.span(),
-                key,
-                format!(
-                    "{} = {} is out of range: use {lo} to {hi}",
-                    key.rsplit('.').next().unwrap_or(key),
-                    s.get_ref()
-                ),
-            )),
-        };
-
-        let d = &raw.policy.defaults;
-        let default_timeout = ranged(
-            &d.timeout_ms,
-            "policy.defaults.timeout_ms",
-            DEFAULT_TIMEOUT_MS,
-            1,
-            MAX_TIMEOUT_MS,
-        )?;
-        let default_memory = ranged(
-            &d.memory_limit_mib,
-            "policy.defaults.memory_limit_mib",
-            DEFAULT_MEMORY_LIMIT_MIB,
-            1,
-            MAX_MEMORY_LIMIT_MIB,
-        )?;
-        if let Some(retired) = &raw.policy.epoch_tick_ms {
+        let check = Checker { text, path };
+        let base = path.parent().unwrap_or(Path::new("."));
+        let policy = &raw.policy;
+        let defaults = check.limits(&policy.defaults, "policy.defaults", Limits::DEFAULT)?;
+        if let Some(retired) = &policy.epoch_tick_ms {
             tracing::warn!(
                 file = %path.display(),
                 line = line_of(text, retired.span().start),
                 "policy.epoch_tick_ms is no longer used (each plugin call arms its own deadline); remove it"
             );
         }
-        let min_retry = ranged(
-            &raw.policy.min_retry_ms,
+        let (min_retry, max_retry) = check.retries(policy)?;
+        let cache_dir = policy.cache_dir.as_ref().map(|c| base.join(c));
+        let registry = check.registry(policy, base)?;
+        let mut plugins: Vec<PluginConfig> = Vec::new();
+        for p in &raw.plugin {
+            let id = check.plugin_id(p, &plugins)?;
+            let source = match cache_dir.as_deref() {
+                dir if p.oci.is_some() || p.path.is_none() => {
+                    check.oci_source(p, &id, base, dir, &registry)?
+                }
+                _ => check.file_source(p, &id, base)?,
+            };
+            plugins.push(check.plugin(p, id, source, &defaults)?);
+        }
+        Ok(PolicyFile {
+            source: path.to_owned(),
+            cache_dir,
+            cache_key_file: raw.policy.cache_key_file.map(|c| base.join(c)),
+            min_retry: Duration::from_millis(min_retry),
+            max_retry: Duration::from_millis(max_retry),
+            registry,
+            plugins,
+        })
+    }
+}
+
+/// The limits a plugin runs under: `[policy.defaults]`, or its own keys.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    timeout_ms: u64,
+    memory_limit_mib: u64,
+    on_error: Option<OnError>,
+    mode: Option<Mode>,
+}
+
+impl Limits {
+    const DEFAULT: Limits = Limits {
+        timeout_ms: DEFAULT_TIMEOUT_MS,
+        memory_limit_mib: DEFAULT_MEMORY_LIMIT_MIB,
+        on_error: None,
+        mode: None,
+    };
+}
+
+/// The per-table checks of one file: each error names the file, the line
+/// of the value and the key, dotted from the top.
+struct Checker<'a> {
+    text: &'a str,
+    path: &'a Path,
+}
+
+impl Checker<'_> {
+    fn invalid(&self, span: std::ops::Range<usize>, key: &str, message: String) -> PolicyFileError {
+        PolicyFileError::Invalid {
+            path: self.path.to_owned(),
+            line: line_of(self.text, span.start),
+            key: Some(key.to_owned()),
+            message,
+        }
+    }
+
+    /// `v`, or `default` when absent; `key` is dotted from the top, and the
+    /// message names its last part.
+    fn ranged(
+        &self,
+        v: &Option<Spanned<u64>>,
+        key: &str,
+        default: u64,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<u64, PolicyFileError> {
+        match v {
+            None => Ok(default),
+            Some(s) if range.contains(s.get_ref()) => Ok(*s.get_ref()),
+            Some(s) => Err(self.invalid(
+                s.span(),
+                key,
+                format!(
+                    "{} = {} is out of range: use {} to {}",
+                    key.rsplit('.').next().unwrap_or(key),
+                    s.get_ref(),
+                    range.start(),
+                    range.end()
+                ),
+            )),
+        }
+    }
+
+    /// `[policy.defaults]` (`table = "policy.defaults"`), or a plugin's own
+    /// limits over `inherited` (`table = "plugin"`).
+    fn limits(
+        &self,
+        raw: &RawLimits,
+        table: &str,
+        inherited: Limits,
+    ) -> Result<Limits, PolicyFileError> {
+        Ok(Limits {
+            timeout_ms: self.ranged(
+                &raw.timeout_ms,
+                &format!("{table}.timeout_ms"),
+                inherited.timeout_ms,
+                1..=MAX_TIMEOUT_MS,
+            )?,
+            memory_limit_mib: self.ranged(
+                &raw.memory_limit_mib,
+                &format!("{table}.memory_limit_mib"),
+                inherited.memory_limit_mib,
+                1..=MAX_MEMORY_LIMIT_MIB,
+            )?,
+            on_error: raw.on_error.or(inherited.on_error),
+            mode: raw.mode.or(inherited.mode),
+        })
+    }
+
+    /// `min_retry_ms` and `max_retry_ms`, the first no greater than the second.
+    fn retries(&self, policy: &RawPolicy) -> Result<(u64, u64), PolicyFileError> {
+        let hour = 1..=3_600_000;
+        let min = self.ranged(
+            &policy.min_retry_ms,
             "policy.min_retry_ms",
             DEFAULT_MIN_RETRY_MS,
-            1,
-            3_600_000,
+            hour.clone(),
         )?;
-        let max_retry = ranged(
-            &raw.policy.max_retry_ms,
+        let max = self.ranged(
+            &policy.max_retry_ms,
             "policy.max_retry_ms",
             DEFAULT_MAX_RETRY_MS,
-            1,
-            3_600_000,
+            hour,
         )?;
-        if min_retry > max_retry {
-            let span = raw
-                .policy
+        if min > max {
+            let span = policy
                 .min_retry_ms
                 .as_ref()
                 .map(Spanned::span)
                 .unwrap_or(0..0);
-            return Err(invalid(
+            return Err(self.invalid(
                 span,
                 "policy.min_retry_ms",
-                format!("min_retry_ms ({min_retry}) is greater than max_retry_ms ({max_retry})"),
+                format!("min_retry_ms ({min}) is greater than max_retry_ms ({max})"),
             ));
         }
+        Ok((min, max))
+    }
 
-        let base = path.parent().unwrap_or(Path::new("."));
-        let cache_dir = raw.policy.cache_dir.map(|c| base.join(c));
+    /// How registries are reached: credentials, CAs, insecure hosts, bounds.
+    fn registry(
+        &self,
+        policy: &RawPolicy,
+        base: &Path,
+    ) -> Result<RegistryOptions, PolicyFileError> {
         let mut insecure = Vec::new();
-        for h in &raw.policy.insecure_registries {
+        for h in &policy.insecure_registries {
             let host = h.get_ref();
             if host.is_empty() || host.contains('/') || host.contains("://") {
-                return Err(invalid(
+                return Err(self.invalid(
                     h.span(),
                     "policy.insecure_registries",
                     format!(
@@ -325,203 +445,221 @@ impl PolicyFile {
             }
             insecure.push(host.clone());
         }
-        let registry = RegistryOptions {
-            auth_file: raw.policy.registry_auth_file.map(|f| base.join(f)),
-            ca_file: raw.policy.registry_ca_file.map(|f| base.join(f)),
+        Ok(RegistryOptions {
+            auth_file: policy.registry_auth_file.as_ref().map(|f| base.join(f)),
+            ca_file: policy.registry_ca_file.as_ref().map(|f| base.join(f)),
             insecure,
-            timeout: Duration::from_millis(ranged(
-                &raw.policy.pull_timeout_ms,
+            timeout: Duration::from_millis(self.ranged(
+                &policy.pull_timeout_ms,
                 "policy.pull_timeout_ms",
                 DEFAULT_PULL_TIMEOUT_MS,
-                1,
-                3_600_000,
+                1..=3_600_000,
             )?),
-            max_bytes: ranged(
-                &raw.policy.pull_max_mib,
+            max_bytes: self.ranged(
+                &policy.pull_max_mib,
                 "policy.pull_max_mib",
                 DEFAULT_PULL_MAX_MIB,
-                1,
-                4096,
+                1..=4096,
             )? << 20,
-        };
-        let mut plugins: Vec<PluginConfig> = Vec::new();
-        for p in raw.plugin {
-            let id = p.id.get_ref();
-            if id.is_empty()
-                || !id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            {
-                return Err(invalid(
-                    p.id.span(),
-                    "plugin.id",
-                    format!(
-                        "plugin id {id:?} must be non-empty and use only letters, digits, '-', '_' and '.'"
-                    ),
-                ));
-            }
-            if plugins.iter().any(|q| &q.id == id) {
-                return Err(invalid(
-                    p.id.span(),
-                    "plugin.id",
-                    format!("plugin id {id:?} is used twice: give each [[plugin]] its own id"),
-                ));
-            }
-            let source = match (&p.path, &p.oci) {
-                (Some(_), Some(o)) => {
-                    return Err(invalid(
-                        o.span(),
-                        "plugin.oci",
-                        format!("plugin {id:?} has both path and oci: give one"),
-                    ));
-                }
-                (None, None) => {
-                    return Err(invalid(
-                        p.id.span(),
-                        "plugin.path",
-                        format!(
-                            "plugin {id:?} has no component: give path = \"FILE.wasm\" (with sha256) or oci = \"REGISTRY/REPOSITORY@sha256:<digest>\""
-                        ),
-                    ));
-                }
-                (None, Some(o)) => {
-                    if let Some(s) = &p.sha256 {
-                        return Err(invalid(
-                            s.span(),
-                            "plugin.sha256",
-                            format!(
-                                "plugin {id:?}: an oci plugin is pinned by the manifest digest in its reference; remove sha256"
-                            ),
-                        ));
-                    }
-                    let reference = OciReference::parse_pinned(o.get_ref()).map_err(|m| {
-                        invalid(o.span(), "plugin.oci", format!("plugin {id:?}: oci = {m}"))
-                    })?;
-                    let Some(dir) = &cache_dir else {
-                        return Err(invalid(
-                            o.span(),
-                            "plugin.oci",
-                            format!(
-                                "plugin {id:?} is pulled from a registry, which needs somewhere to keep it: set cache_dir in [policy]"
-                            ),
-                        ));
-                    };
-                    let path_in_image = match &p.oci_path {
-                        Some(op) if op.get_ref().trim_start_matches(['/', '.']).is_empty() => {
-                            return Err(invalid(
-                                op.span(),
-                                "plugin.oci_path",
-                                format!(
-                                    "plugin {id:?}: oci_path {:?} names no file: give the component's path in the image, e.g. \"/plugin.wasm\"",
-                                    op.get_ref()
-                                ),
-                            ));
-                        }
-                        Some(op) => Some(op.get_ref().clone()),
-                        None => None,
-                    };
-                    PluginSource::Oci(Box::new(OciSource {
-                        reference,
-                        path_in_image,
-                        store: dir.join("oci"),
-                        cosign_key: p.cosign_key.as_ref().map(|k| base.join(k.get_ref())),
-                        registry: registry.clone(),
-                    }))
-                }
-                (Some(file), None) => {
-                    if let Some(k) = &p.cosign_key {
-                        return Err(invalid(
-                            k.span(),
-                            "plugin.cosign_key",
-                            format!(
-                                "plugin {id:?}: cosign_key checks signatures of oci plugins; a file is pinned by its sha256"
-                            ),
-                        ));
-                    }
-                    if let Some(op) = &p.oci_path {
-                        return Err(invalid(
-                            op.span(),
-                            "plugin.oci_path",
-                            format!(
-                                "plugin {id:?}: oci_path is for oci plugins; for a file, path names the component"
-                            ),
-                        ));
-                    }
-                    let sha256 = match (&p.sha256, p.allow_unpinned) {
-                        (Some(s), _) => Some(parse_sha256(s.get_ref()).map_err(|m| {
-                            invalid(
-                                s.span(),
-                                "plugin.sha256",
-                                format!("plugin {id:?}: sha256 {m}"),
-                            )
-                        })?),
-                        (None, true) => None,
-                        (None, false) => {
-                            return Err(invalid(
-                                p.id.span(),
-                                "plugin.sha256",
-                                format!(
-                                    "plugin {id:?} has no sha256 pin: add sha256 = \"<hex digest>\" (sha256sum {}) or set allow_unpinned = true",
-                                    file.get_ref().display()
-                                ),
-                            ));
-                        }
-                    };
-                    PluginSource::file(base.join(file.get_ref()), sha256)
-                }
-            };
-            let settings_json = serde_json::to_string(&p.settings).map_err(|e| {
-                invalid(
-                    p.id.span(),
-                    "plugin.settings",
-                    format!("plugin {id:?}: settings cannot be encoded as JSON: {e}"),
-                )
-            })?;
-            plugins.push(PluginConfig {
-                plugin_type: PluginType::Csi,
-                declared_at: Some((
-                    path.to_owned(),
-                    line_of(
-                        text,
-                        p.path
-                            .as_ref()
-                            .map(Spanned::span)
-                            .or(p.oci.as_ref().map(Spanned::span))
-                            .unwrap_or(p.id.span())
-                            .start,
-                    ),
-                )),
-                id: id.clone(),
-                source,
-                hooks: p.hooks.map(|h| h.into_iter().collect()),
-                timeout: Duration::from_millis(ranged(
-                    &p.timeout_ms,
-                    "plugin.timeout_ms",
-                    default_timeout,
-                    1,
-                    MAX_TIMEOUT_MS,
-                )?),
-                memory_limit_bytes: ranged(
-                    &p.memory_limit_mib,
-                    "plugin.memory_limit_mib",
-                    default_memory,
-                    1,
-                    MAX_MEMORY_LIMIT_MIB,
-                )? << 20,
-                on_error: p.on_error.or(d.on_error).unwrap_or_default(),
-                mode: p.mode.or(d.mode).unwrap_or_default(),
-                settings_json,
-            });
-        }
+        })
+    }
 
-        Ok(PolicyFile {
-            source: path.to_owned(),
-            cache_dir,
-            cache_key_file: raw.policy.cache_key_file.map(|c| base.join(c)),
-            min_retry: Duration::from_millis(min_retry),
-            max_retry: Duration::from_millis(max_retry),
-            registry,
-            plugins,
+    /// A well-formed id, not used by an earlier plugin.
+    fn plugin_id(
+        &self,
+        p: &RawPlugin,
+        earlier: &[PluginConfig],
+    ) -> Result<String, PolicyFileError> {
+        let id = p.id.get_ref();
+        if id.is_empty()
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(self.invalid(
+                p.id.span(),
+                "plugin.id",
+                format!(
+                    "plugin id {id:?} must be non-empty and use only letters, digits, '-', '_' and '.'"
+                ),
+            ));
+        }
+        if earlier.iter().any(|q| &q.id == id) {
+            return Err(self.invalid(
+                p.id.span(),
+                "plugin.id",
+                format!("plugin id {id:?} is used twice: give each [[plugin]] its own id"),
+            ));
+        }
+        Ok(id.clone())
+    }
+
+    /// `oci = …` (with `oci_path`, `cosign_key`), pulled into `cache_dir`;
+    /// or neither `path` nor `oci`, which is refused here.
+    fn oci_source(
+        &self,
+        p: &RawPlugin,
+        id: &str,
+        base: &Path,
+        cache_dir: Option<&Path>,
+        registry: &RegistryOptions,
+    ) -> Result<PluginSource, PolicyFileError> {
+        let o = match (&p.path, &p.oci) {
+            (Some(_), Some(o)) => {
+                return Err(self.invalid(
+                    o.span(),
+                    "plugin.oci",
+                    format!("plugin {id:?} has both path and oci: give one"),
+                ));
+            }
+            (_, Some(o)) => o,
+            (_, None) => {
+                return Err(self.invalid(
+                    p.id.span(),
+                    "plugin.path",
+                    format!(
+                        "plugin {id:?} has no component: give path = \"FILE.wasm\" (with sha256) or oci = \"REGISTRY/REPOSITORY@sha256:<digest>\""
+                    ),
+                ));
+            }
+        };
+        if let Some(s) = &p.sha256 {
+            return Err(self.invalid(
+                s.span(),
+                "plugin.sha256",
+                format!(
+                    "plugin {id:?}: an oci plugin is pinned by the manifest digest in its reference; remove sha256"
+                ),
+            ));
+        }
+        let reference = OciReference::parse_pinned(o.get_ref()).map_err(|m| {
+            self.invalid(o.span(), "plugin.oci", format!("plugin {id:?}: oci = {m}"))
+        })?;
+        let Some(dir) = cache_dir else {
+            return Err(self.invalid(
+                o.span(),
+                "plugin.oci",
+                format!(
+                    "plugin {id:?} is pulled from a registry, which needs somewhere to keep it: set cache_dir in [policy]"
+                ),
+            ));
+        };
+        let path_in_image = match &p.oci_path {
+            Some(op) if op.get_ref().trim_start_matches(['/', '.']).is_empty() => {
+                return Err(self.invalid(
+                    op.span(),
+                    "plugin.oci_path",
+                    format!(
+                        "plugin {id:?}: oci_path {:?} names no file: give the component's path in the image, e.g. \"/plugin.wasm\"",
+                        op.get_ref()
+                    ),
+                ));
+            }
+            Some(op) => Some(op.get_ref().clone()),
+            None => None,
+        };
+        Ok(PluginSource::Oci(Box::new(OciSource {
+            reference,
+            path_in_image,
+            store: dir.join("oci"),
+            cosign_key: p.cosign_key.as_ref().map(|k| base.join(k.get_ref())),
+            registry: registry.clone(),
+        })))
+    }
+
+    /// `path = …`, pinned by `sha256` unless `allow_unpinned`; the keys of
+    /// OCI plugins are refused.
+    fn file_source(
+        &self,
+        p: &RawPlugin,
+        id: &str,
+        base: &Path,
+    ) -> Result<PluginSource, PolicyFileError> {
+        let file = p
+            .path
+            .as_ref()
+            .expect("oci_source takes entries without a path");
+        if let Some(k) = &p.cosign_key {
+            return Err(self.invalid(
+                k.span(),
+                "plugin.cosign_key",
+                format!(
+                    "plugin {id:?}: cosign_key checks signatures of oci plugins; a file is pinned by its sha256"
+                ),
+            ));
+        }
+        if let Some(op) = &p.oci_path {
+            return Err(self.invalid(
+                op.span(),
+                "plugin.oci_path",
+                format!(
+                    "plugin {id:?}: oci_path is for oci plugins; for a file, path names the component"
+                ),
+            ));
+        }
+        let sha256 = match (&p.sha256, p.allow_unpinned) {
+            (Some(s), _) => Some(parse_sha256(s.get_ref()).map_err(|m| {
+                self.invalid(
+                    s.span(),
+                    "plugin.sha256",
+                    format!("plugin {id:?}: sha256 {m}"),
+                )
+            })?),
+            (None, true) => None,
+            (None, false) => {
+                return Err(self.invalid(
+                    p.id.span(),
+                    "plugin.sha256",
+                    format!(
+                        "plugin {id:?} has no sha256 pin: add sha256 = \"<hex digest>\" (sha256sum {}) or set allow_unpinned = true",
+                        file.get_ref().display()
+                    ),
+                ));
+            }
+        };
+        Ok(PluginSource::file(base.join(file.get_ref()), sha256))
+    }
+
+    /// The rest of a `[[plugin]]`: its limits over the defaults, hooks and
+    /// settings, and where it is declared.
+    fn plugin(
+        &self,
+        p: &RawPlugin,
+        id: String,
+        source: PluginSource,
+        defaults: &Limits,
+    ) -> Result<PluginConfig, PolicyFileError> {
+        let own = RawLimits {
+            timeout_ms: p.timeout_ms.clone(),
+            memory_limit_mib: p.memory_limit_mib.clone(),
+            on_error: p.on_error,
+            mode: p.mode,
+        };
+        let limits = self.limits(&own, "plugin", *defaults)?;
+        let settings_json = serde_json::to_string(&p.settings).map_err(|e| {
+            self.invalid(
+                p.id.span(),
+                "plugin.settings",
+                format!("plugin {id:?}: settings cannot be encoded as JSON: {e}"),
+            )
+        })?;
+        let declared = p
+            .path
+            .as_ref()
+            .map(Spanned::span)
+            .or(p.oci.as_ref().map(Spanned::span))
+            .unwrap_or(p.id.span());
+        Ok(PluginConfig {
+            plugin_type: PluginType::Csi,
+            declared_at: Some((self.path.to_owned(), line_of(self.text, declared.start))),
+            id,
+            source,
+            hooks: p.hooks.as_ref().map(|h| h.iter().copied().collect()),
+            timeout: Duration::from_millis(limits.timeout_ms),
+            memory_limit_bytes: limits.memory_limit_mib << 20,
+            on_error: limits.on_error.unwrap_or_default(),
+            mode: limits.mode.unwrap_or_default(),
+            settings_json,
         })
     }
 }
