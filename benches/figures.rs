@@ -273,6 +273,7 @@ async fn main() {
     }
     if only != "registrar" && only != "oci" {
         plugin_figures();
+        seam_figures().await;
     }
     if only.is_empty() || only == "oci" {
         oci_figures().await;
@@ -530,6 +531,65 @@ async fn registrar_figures() {
             )),
         us(latency.0),
         us(latency.1)
+    );
+}
+
+/// Why the `Policy` seam stays synchronous: what the hop to the blocking
+/// pool costs a decision, against the decision itself, on a current-thread
+/// runtime as the registrar's (median of 500 each, after 50 unmeasured).
+async fn seam_figures() {
+    println!("\n## The Policy seam: a decision on the blocking pool\n");
+    println!("| pool-suffix (Rust), driver-name | median |");
+    println!("|---|---:|");
+    let dir = tempfile::tempdir().unwrap();
+    let only = plugin_entry(
+        "p",
+        &plugin("pool-suffix"),
+        "hooks = [\"driver-name\"]\n[plugin.settings]\nsuffix = \"-a\"",
+    );
+    let cfg = PolicyFile::from_file(&write_policy(dir.path(), &only)).unwrap();
+    let chain: Arc<dyn Policy> =
+        Arc::new(wasm::load_chain(&cfg, Arc::new(Metrics::new())).unwrap());
+    let direct = || {
+        let t = Instant::now();
+        chain.registration(&ctx()).unwrap();
+        t.elapsed()
+    };
+    let hop = |f: fn()| async move {
+        let t = Instant::now();
+        tokio::task::spawn_blocking(f).await.unwrap();
+        t.elapsed()
+    };
+    let on_pool = || {
+        let chain = chain.clone();
+        async move {
+            let t = Instant::now();
+            tokio::task::spawn_blocking(move || chain.registration(&ctx()).unwrap())
+                .await
+                .unwrap();
+            t.elapsed()
+        }
+    };
+    let mut samples = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..550 {
+        let (a, b, c) = (direct(), hop(|| ()).await, on_pool().await);
+        if i >= 50 {
+            samples.0.push(a);
+            samples.1.push(b);
+            samples.2.push(c);
+        }
+    }
+    println!(
+        "| the decision, called on the runtime's thread | {} |",
+        us(median(samples.0))
+    );
+    println!(
+        "| an empty closure through `spawn_blocking` | {} |",
+        us(median(samples.1))
+    );
+    println!(
+        "| the decision through `spawn_blocking` (the registrar's path) | {} |",
+        us(median(samples.2))
     );
 }
 

@@ -10,7 +10,7 @@ if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
     cargo install --quiet --locked cargo-fuzz --version "$CARGO_FUZZ_VERSION"
 fi
 export RUSTC_BOOTSTRAP=1
-for target in policy_config decisions registration_service digests; do
+for target in policy_config decisions registration_service digests manifests; do
     mkdir -p "corpus/$target"
     log=$(mktemp)
     rc=0

@@ -41,6 +41,10 @@ pub struct Config {
     pub pod_uid: Option<String>,
     /// `--notify-timeout`; `None`: wait for the kubelet's verdict forever.
     pub notify_timeout: Option<Duration>,
+    /// Compile policy plugins in child processes of this executable (its
+    /// `plugin compile-worker`), so that the compiler's memory is given back;
+    /// `None`: in this process. The registrar binary names itself.
+    pub compile_worker: Option<PathBuf>,
 }
 
 /// Flags that parse but cannot be run with (exit code 1, as upstream).
@@ -119,6 +123,7 @@ impl Config {
             supported_versions: None,
             pod_uid: None,
             notify_timeout: Some(DEFAULT_NOTIFY_TIMEOUT),
+            compile_worker: None,
         }
     }
 
@@ -222,6 +227,7 @@ impl Config {
             supported_versions,
             pod_uid,
             notify_timeout: (!flags.notify_timeout.is_zero()).then_some(flags.notify_timeout),
+            compile_worker: None,
         })))
     }
 }

@@ -56,9 +56,6 @@ pub fn main(args: Vec<String>) -> ExitCode {
         remove_live_sockets();
     }));
 
-    // Plugins compile in child processes: the compiler's memory is not kept.
-    #[cfg(feature = "wasm")]
-    crate::policy::wasm::compile_in_child_processes();
     let node_name = std::env::var("KUBE_NODE_NAME").unwrap_or_default();
     // The downward API's pod UID, for DRA rolling updates; a CSI driver's pod
     // may well have POD_UID set for other reasons, so only DRA reads it.
@@ -67,7 +64,11 @@ pub fn main(args: Vec<String>) -> ExitCode {
         flags.pod_uid = std::env::var("POD_UID").unwrap_or_default();
     }
     let config = match Config::from_flags(&flags, node_name) {
-        Ok(Start::Run(config)) => *config,
+        // Plugins compile in child processes: the compiler's memory is not kept.
+        Ok(Start::Run(config)) => Config {
+            compile_worker: std::env::current_exe().ok(),
+            ..*config
+        },
         Ok(Start::ExitOk) => return ExitCode::SUCCESS,
         Err(e) => {
             AppError::from(e).log();
@@ -76,7 +77,8 @@ pub fn main(args: Vec<String>) -> ExitCode {
     };
     // One thread serves everything: a registrar's load is a few calls a minute,
     // and a single thread has no cross-thread wake-ups when idle. Plugin calls
-    // and policy loading run on tokio's blocking pool.
+    // and policy loading run on tokio's blocking pool; the plugins' WASI
+    // clocks on this runtime, the only one.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

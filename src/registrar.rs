@@ -357,7 +357,14 @@ pub(crate) async fn load(
     state: &State,
 ) -> Result<Result<Arc<dyn Policy>, AppError>, AppError> {
     let file = config.policy_config.as_deref();
-    match policy::load(file, config.plugin_type, state.metrics()).await {
+    match policy::load(
+        file,
+        config.plugin_type,
+        config.compile_worker.clone(),
+        state.metrics(),
+    )
+    .await
+    {
         Err(policy::LoadError::Panicked) => Err(AppError::Panicked("policy loading")),
         other => Ok(other.map_err(AppError::from)),
     }

@@ -50,8 +50,10 @@ pub use crate::error::AppError;
 #[cfg(feature = "wasm")]
 pub mod wasm {
     pub use crate::policy::wasm::cache::CacheKey;
-    pub use crate::policy::wasm::{Host, WasmPlugin};
-    pub use crate::tools::author::{Inspection, inspect, unpinned};
+    pub use crate::policy::wasm::{
+        CompileError, Compiler, CompilerKilled, Host, Reservation, WasmPlugin,
+    };
+    pub use crate::tools::author::{Inspection, Sources, inspect, unpinned};
 
     /// Loads a policy file's plugins as the registrar does (its two steps:
     /// fetch, then compile and link), from synchronous code.
@@ -60,22 +62,26 @@ pub mod wasm {
         metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) -> Result<crate::policy::Chain, crate::policy::PluginLoadError> {
         let components = crate::policy::fetch::run_blocking(crate::policy::load::fetch_all(cfg));
-        crate::policy::wasm::load_chain(cfg, components, metrics)
+        let compiler = crate::policy::wasm::compiler_for(cfg, None);
+        crate::policy::wasm::load_chain(cfg, compiler, None, components, metrics)
     }
 }
 
 /// What the pull path makes of what a registry sends (for the fuzz target).
 pub mod oci {
-    /// The store file names (`blobs/sha256/<name>`) a manifest's plan would
-    /// fetch next, or why it is refused.
-    #[cfg(feature = "oci")]
-    pub fn planned_store_names(
+    /// The most layers a plugin's image may have.
+    pub const MAX_LAYERS: usize = crate::policy::manifest::MAX_LAYERS;
+
+    /// The blobs a manifest's plan would fetch next, as store file names
+    /// (`blobs/sha256/<name>`) with the sizes the manifest gives them, or
+    /// why it is refused.
+    pub fn planned_blobs(
         manifest: &[u8],
         path_in_image: Option<&str>,
         max: u64,
-    ) -> Result<Vec<String>, String> {
-        crate::policy::oci::planned_digests(manifest, path_in_image, max)
-            .map(|ds| ds.iter().map(|d| d.hex()).collect())
+    ) -> Result<Vec<(String, u64)>, String> {
+        crate::policy::manifest::planned(manifest, path_in_image, max)
+            .map(|ds| ds.iter().map(|d| (d.digest.hex(), d.size)).collect())
     }
 
     /// The store file name of a digest as text, if it is one.

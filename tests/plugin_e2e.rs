@@ -219,16 +219,31 @@ async fn a_failing_plugin_stops_start_up_or_is_skipped_as_configured() {
 /// be reserved. A plugin that must run stops start-up with the limit to
 /// raise; one with `on_error = "skip"` is left out, and the driver registers.
 #[tokio::test]
-async fn an_engine_that_cannot_start_stops_start_up_or_skips_as_configured() {
+async fn the_engine_reserves_what_the_caps_need_and_one_that_cannot_start_says_what_to_change() {
     let sb = Sandbox::new();
     let _driver = FakeDriver::start(&sb.csi, DriverSpec::named(DRIVER))
         .await
         .unwrap();
+    // A node's container under an address-space limit of 4 GiB.
     let limit = 4 << 30;
-    let policy = write_policy(
-        sb.dir.path(),
-        &misbehave("loop", "hooks = [\"driver-name\"]"),
-    );
+    let suffix = |extra: &str| {
+        plugin_entry(
+            "suffix",
+            &plugin("pool-suffix"),
+            &format!("{extra}\n[plugin.settings]\nsuffix = \"-pool-a\""),
+        )
+    };
+    // At the default cap (32 MiB), the engine's slots fit: the plugin runs.
+    let policy = write_policy(sb.dir.path(), &suffix(""));
+    let args = [format!("--policy-config={}", policy.display())];
+    let registrar = Process::spawn_limited(&sb, &args, limit);
+    let renamed = sb.socket("hostpath.csi.k8s.io-pool-a");
+    assert!(appears(&renamed).await, "{}", registrar.log_text());
+    assert!(kubelet_registers(&renamed).await);
+    assert_eq!(registrar.stop().await, 0);
+
+    // A cap of 4 GiB makes every memory slot 4 GiB: the engine cannot start.
+    let policy = write_policy(sb.dir.path(), &suffix("memory_limit_mib = 4096"));
     let args = [format!("--policy-config={}", policy.display())];
     let mut registrar = Process::spawn_limited(&sb, &args, limit);
     assert_eq!(registrar.exit_code().await, 1);
@@ -236,15 +251,16 @@ async fn an_engine_that_cannot_start_stops_start_up_or_skips_as_configured() {
     assert!(
         log.contains("cannot start the WebAssembly engine: ")
             && log.contains(
-                "raise or remove the process's address-space limit (ulimit -v, RLIMIT_AS)"
+                "memory slots of 4128 MiB each, for memory_limit_mib up to 4096 MiB); raise or remove the process's address-space limit (ulimit -v, RLIMIT_AS), or lower memory_limit_mib"
             ),
         "{log}"
     );
     assert_eq!(std::fs::read_dir(&sb.registry).unwrap().count(), 0);
 
+    // A plugin that may be skipped is: the built-in policy registers.
     let policy = write_policy(
         sb.dir.path(),
-        &misbehave("loop", "on_error = \"skip\"\nhooks = [\"driver-name\"]"),
+        &suffix("memory_limit_mib = 4096\non_error = \"skip\""),
     );
     let args = [format!("--policy-config={}", policy.display())];
     let registrar = Process::spawn_limited(&sb, &args, limit);

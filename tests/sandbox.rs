@@ -307,7 +307,22 @@ fn the_memory_cap_covers_every_memory_and_table_of_an_instance() {
     )
     .unwrap_err();
     assert!(
-        err.contains("the component needs more than an instance of the registrar may have: table index 0 has a minimum element size of 10000000 which exceeds the limit of 1048576 (an instance may have 64 core instances, 64 memories and 64 tables, and a table 1048576 elements)"),
+        err.contains("the component needs more than an instance of the registrar may have: module table does not fit in pooling allocator requirements: table index 0 has a minimum element size of 10000000 which exceeds the limit of 1048576 (an instance may have 64 core instances, 64 memories and 64 tables, a table 1048576 elements, and a memory 4096 MiB, the policy's largest memory_limit_mib rounded up)"),
+        "{err}"
+    );
+    // A memory slot holds the largest cap, rounded up to a power of two: a
+    // memory that starts larger than that is refused at load, saying so.
+    let wide = hand_written(dir.path(), "wide.wasm", "(memory 1040)");
+    let err = load(
+        dir.path(),
+        &plugin_entry("wide", &wide, "memory_limit_mib = 33"),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains(
+            "memory has a minimum byte size of 68157440 which exceeds the limit of 0x4000000 bytes"
+        ) && err
+            .ends_with("and a memory 64 MiB, the policy's largest memory_limit_mib rounded up)"),
         "{err}"
     );
     // Under a cap that holds them all, the same kind of plugin loads.

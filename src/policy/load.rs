@@ -47,10 +47,13 @@ pub(crate) async fn fetch_all(
 
 /// Loads the policy `file` names (`None`: the built-in policy), in two
 /// steps: every plugin's component is fetched (async, on this runtime: files,
-/// registries), then compiled and linked on the blocking pool.
+/// registries), then compiled and linked on the blocking pool, in child
+/// processes of `compile_worker` if given. The plugins' WASI clocks run on
+/// this runtime too, which the caller must not block while a plugin is called.
 pub(crate) async fn load(
     file: Option<&Path>,
     plugin_type: PluginType,
+    compile_worker: Option<PathBuf>,
     metrics: &Arc<Metrics>,
 ) -> Result<Arc<dyn Policy>, LoadError> {
     let Some(path) = file else {
@@ -68,8 +71,10 @@ pub(crate) async fn load(
     {
         let components = fetch_all(&policy).await;
         let metrics = metrics.clone();
+        let compiler = super::wasm::compiler_for(&policy, compile_worker);
+        let runtime = tokio::runtime::Handle::current();
         let chain = tokio::task::spawn_blocking(move || {
-            super::wasm::load_chain(&policy, components, metrics)
+            super::wasm::load_chain(&policy, compiler, Some(runtime), components, metrics)
         })
         .await
         .map_err(|_| LoadError::Panicked)??;
@@ -78,7 +83,7 @@ pub(crate) async fn load(
     }
     #[cfg(not(feature = "wasm"))]
     {
-        let _ = metrics;
+        let _ = (metrics, compile_worker);
         Err(LoadError::NoWasmHost(path.to_owned()))
     }
 }

@@ -29,6 +29,8 @@ pub(crate) mod fetch;
 pub(crate) mod file;
 mod hook;
 pub(crate) mod load;
+#[cfg_attr(not(feature = "oci"), allow(dead_code))]
+pub(crate) mod manifest;
 #[cfg(feature = "oci")]
 pub(crate) mod oci;
 pub(crate) mod read;

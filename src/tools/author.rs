@@ -14,106 +14,125 @@ use crate::policy::file::{
     DEFAULT_MAX_RETRY_MS, DEFAULT_MEMORY_LIMIT_MIB, DEFAULT_MIN_RETRY_MS, DEFAULT_TIMEOUT_MS, Mode,
     OnError, PluginConfig,
 };
-use crate::policy::wasm::{Host, WIT_PACKAGE, cache, check_is_component};
+use crate::policy::wasm::{Compiler, Host, LoadFailure, WIT_PACKAGE, cache, check_is_component};
 use crate::policy::{
     Chain, Context, Failure, Hook, OciReference, OciSource, PluginLoadError, PluginSource,
     PolicyError, Registration, RegistryOptions,
 };
 
-/// The engine the tools load plugins with.
+/// The engine the tools load plugins with: slots for the default
+/// `memory_limit_mib`, compiling in this process.
 pub(crate) fn host() -> anyhow::Result<Arc<Host>> {
-    Host::new().map_err(|e| anyhow::anyhow!("cannot start the WebAssembly engine: {e:#}"))
+    Ok(Host::new(Compiler::default())?)
 }
 
-/// How the tools reach registries, from the `plugin` command's flags.
-static REGISTRY: std::sync::OnceLock<(RegistryOptions, PathBuf, Option<String>, Option<PathBuf>)> =
-    std::sync::OnceLock::new();
-
-/// Sets how `oci://` components are reached, once per process.
-pub(super) fn set_registry(args: &super::cli::RegistryArgs) {
-    let store = args.oci_cache_dir.clone().unwrap_or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir)
-            .join("csi-node-driver-registrar")
-            .join("oci")
-    });
-    let options = RegistryOptions {
-        auth_file: args.registry_auth_file.clone(),
-        ca_file: args.registry_ca_file.clone(),
-        insecure: args.insecure_registries.clone(),
-        ..RegistryOptions::default()
-    };
-    let _ = REGISTRY.set((
-        options,
-        store,
-        args.oci_path.clone(),
-        args.cosign_key.clone(),
-    ));
+/// How the tools reach `oci://` components, from the `plugin` command's
+/// flags (or their defaults).
+#[derive(Debug, Clone)]
+pub struct Sources {
+    registry: RegistryOptions,
+    store: PathBuf,
+    path_in_image: Option<String>,
+    cosign_key: Option<PathBuf>,
 }
 
-/// Where a component named on the command line comes from: `oci://…` (a
-/// tag is allowed: it is resolved at load), or a file.
-pub(crate) fn source_of(arg: &Path) -> Result<PluginSource, String> {
-    let Some(text) = arg.to_str().filter(|s| s.starts_with("oci://")) else {
-        return Ok(PluginSource::file(arg, None));
-    };
-    let reference = OciReference::parse(text)?;
-    let (registry, store, path_in_image, cosign_key) =
-        REGISTRY.get().cloned().unwrap_or_else(|| {
-            (
-                RegistryOptions::default(),
-                std::env::temp_dir().join("csi-node-driver-registrar-oci"),
-                None,
-                None,
-            )
-        });
-    Ok(PluginSource::Oci(Box::new(OciSource {
-        reference,
-        path_in_image,
-        store,
-        cosign_key,
-        registry,
-    })))
+impl Default for Sources {
+    /// No credentials, no extra CA, no insecure registry, and a store in the
+    /// user's cache directory.
+    fn default() -> Self {
+        Sources {
+            registry: RegistryOptions::default(),
+            store: default_store(),
+            path_in_image: None,
+            cosign_key: None,
+        }
+    }
 }
 
-/// A plugin configuration for the author tools: no pin, default limits.
-/// `path` may be an `oci://` reference; one that cannot be parsed fails at
-/// load, with the parser's words.
+/// `$XDG_CACHE_HOME/csi-node-driver-registrar/oci` (or under `~/.cache`).
+fn default_store() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("csi-node-driver-registrar")
+        .join("oci")
+}
+
+impl Sources {
+    /// What the `plugin` command's registry flags say.
+    pub(super) fn from_args(args: &super::cli::RegistryArgs) -> Self {
+        Sources {
+            registry: RegistryOptions {
+                auth_file: args.registry_auth_file.clone(),
+                ca_file: args.registry_ca_file.clone(),
+                insecure: args.insecure_registries.clone(),
+                ..RegistryOptions::default()
+            },
+            store: args.oci_cache_dir.clone().unwrap_or_else(default_store),
+            path_in_image: args.oci_path.clone(),
+            cosign_key: args.cosign_key.clone(),
+        }
+    }
+
+    /// Where a component named on the command line comes from: `oci://…`
+    /// (a tag is allowed: it is resolved at load), or a file.
+    pub(crate) fn source_of(&self, arg: &Path) -> Result<PluginSource, String> {
+        let Some(text) = arg.to_str().filter(|s| s.starts_with("oci://")) else {
+            return Ok(PluginSource::file(arg, None));
+        };
+        let reference = OciReference::parse(text)?;
+        Ok(PluginSource::Oci(Box::new(OciSource {
+            reference,
+            path_in_image: self.path_in_image.clone(),
+            store: self.store.clone(),
+            cosign_key: self.cosign_key.clone(),
+            registry: self.registry.clone(),
+        })))
+    }
+
+    /// A plugin configuration for the author tools: no pin, default limits.
+    /// `path` may be an `oci://` reference; one that cannot be parsed fails
+    /// at load, with the parser's words.
+    pub fn unpinned(&self, path: &Path) -> PluginConfig {
+        let (source, bad) = match self.source_of(path) {
+            Ok(s) => (s, None),
+            Err(e) => (PluginSource::file(path, None), Some(e)),
+        };
+        let id = match &source {
+            PluginSource::Oci(o) => o
+                .reference
+                .repository
+                .rsplit('/')
+                .next()
+                .unwrap_or("plugin")
+                .to_owned(),
+            PluginSource::File { .. } => path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "plugin".into()),
+        };
+        if let Some(e) = bad {
+            tracing::debug!("{e}");
+        }
+        PluginConfig {
+            id,
+            plugin_type: PluginType::Csi,
+            source,
+            hooks: None,
+            timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_MIB << 20,
+            on_error: OnError::Fail,
+            mode: Mode::Enforce,
+            settings_json: "{}".into(),
+            declared_at: None,
+        }
+    }
+}
+
+/// [`Sources::unpinned`] with the default sources.
 pub fn unpinned(path: &Path) -> PluginConfig {
-    let (source, bad) = match source_of(path) {
-        Ok(s) => (s, None),
-        Err(e) => (PluginSource::file(path, None), Some(e)),
-    };
-    let id = match &source {
-        PluginSource::Oci(o) => o
-            .reference
-            .repository
-            .rsplit('/')
-            .next()
-            .unwrap_or("plugin")
-            .to_owned(),
-        PluginSource::File { .. } => path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "plugin".into()),
-    };
-    if let Some(e) = bad {
-        tracing::debug!("{e}");
-    }
-    PluginConfig {
-        id,
-        plugin_type: PluginType::Csi,
-        source,
-        hooks: None,
-        timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
-        memory_limit_bytes: DEFAULT_MEMORY_LIMIT_MIB << 20,
-        on_error: OnError::Fail,
-        mode: Mode::Enforce,
-        settings_json: "{}".into(),
-        declared_at: None,
-    }
+    Sources::default().unpinned(path)
 }
 
 /// The context the tools decide in unless told otherwise: the hostpath
@@ -238,8 +257,12 @@ pub struct Inspection {
 }
 
 /// Compiles a component (once) and describes it; fails as loading would.
-pub fn inspect(host: &Arc<Host>, path: &Path) -> Result<Inspection, PluginLoadError> {
-    let cfg = unpinned(path);
+pub fn inspect(
+    host: &Arc<Host>,
+    sources: &Sources,
+    path: &Path,
+) -> Result<Inspection, PluginLoadError> {
+    let cfg = sources.unpinned(path);
     let wasm = component_blocking(&cfg).map_err(|e| cfg.source_error(e))?;
     let plugin = host.prepare(&cfg, &wasm, None)?;
     let ty = plugin.component().component_type();
@@ -252,9 +275,7 @@ pub fn inspect(host: &Arc<Host>, path: &Path) -> Result<Inspection, PluginLoadEr
         .imports(host.engine())
         .map(|(n, _)| n.to_owned())
         .collect();
-    let (name, version) = plugin
-        .info()
-        .map_err(|e| cfg.error(format!("info() failed: {e}")))?;
+    let (name, version) = plugin.info().map_err(|e| cfg.error(LoadFailure::Info(e)))?;
     Ok(Inspection {
         path: path.display().to_string(),
         size_bytes: wasm.len(),
@@ -273,33 +294,34 @@ pub fn inspect(host: &Arc<Host>, path: &Path) -> Result<Inspection, PluginLoadEr
 
 /// Compiles a component into `cache_dir` as the registrar would at start-up,
 /// tagged with `key`; returns the cache entry.
+/// Compiles the plugin `cfg` names (checked against its pin, if it has one)
+/// into `cache_dir`, as the registrar would at start-up, tagged with `key`;
+/// returns the cache entry.
 pub(crate) fn precompile(
-    host: &Host,
-    path: &Path,
-    cache_dir: &Path,
-    key: &cache::CacheKey,
-) -> Result<PathBuf, PluginLoadError> {
-    precompile_config(host, &unpinned(path), cache_dir, key)
-}
-
-/// Compiles the plugin `cfg` names (checked against its pin) into `cache_dir`.
-pub(crate) fn precompile_config(
     host: &Host,
     cfg: &PluginConfig,
     cache_dir: &Path,
     key: &cache::CacheKey,
-) -> Result<PathBuf, PluginLoadError> {
+) -> anyhow::Result<PathBuf> {
     let wasm = component_blocking(cfg).map_err(|e| cfg.source_error(e))?;
-    check_is_component(&wasm).map_err(|m| cfg.error(m))?;
+    check_is_component(&wasm).map_err(|e| cfg.error(e.into()))?;
     let digest: [u8; 32] = Sha256::digest(&wasm).into();
-    cache::load_or_compile(host.engine(), cache_dir, key, &wasm, &digest)
-        .map_err(|e| cfg.error(format!("not a valid WebAssembly component: {e:#}")))?;
+    cache::load_or_compile(
+        host.engine(),
+        host.compiler(),
+        cache_dir,
+        key,
+        &wasm,
+        &digest,
+    )
+    .map_err(|e| cfg.error(e.into()))?;
     let entry = cache::entry(host.engine(), cache_dir, &digest);
     if !entry.exists() {
-        return Err(cfg.error(format!(
-            "the cache directory {} was not usable (see the log)",
+        anyhow::bail!(
+            "policy plugin {:?}: the cache directory {} was not usable (see the log)",
+            cfg.id,
             cache_dir.display()
-        )));
+        );
     }
     Ok(entry)
 }

@@ -12,14 +12,20 @@ use std::time::{Duration, Instant};
 use super::author;
 use super::cases::{self, Loader};
 use crate::policy::Hook;
-use crate::policy::wasm::{CallPhases, last_call_phases};
+use crate::policy::wasm::{CallPhases, Compiler, Host};
 
 /// Calls made before timing, per case.
 const WARM_UP: usize = 20;
 
-pub(super) fn run(cases: &Path, plugin: Option<&Path>, iterations: usize) -> anyhow::Result<()> {
+pub(super) fn run(
+    sources: &author::Sources,
+    cases: &Path,
+    plugin: Option<&Path>,
+    iterations: usize,
+) -> anyhow::Result<()> {
     let file = cases::read(cases)?;
-    let loader = Loader::new(file.plugin(cases, plugin)?)?;
+    let host = Host::recording_phases(Compiler::default())?;
+    let loader = Loader::new(host.clone(), sources, file.plugin(cases, plugin)?)?;
     let mut per_hook: BTreeMap<Hook, Vec<Sample>> = BTreeMap::new();
     let width = file
         .cases
@@ -61,7 +67,7 @@ pub(super) fn run(cases: &Path, plugin: Option<&Path>, iterations: usize) -> any
             let decided = author::decide(&chain, case.hook, &ctx, input.clone());
             let took = started.elapsed();
             drop(quiet);
-            let phases = last_call_phases().unwrap_or_default();
+            let phases = host.last_call_phases().unwrap_or_default();
             refused |= decided.is_err();
             if i >= WARM_UP {
                 samples.push(Sample { took, phases });

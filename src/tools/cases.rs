@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::author::{self, HookInput};
+use super::author::{self, HookInput, Sources};
 use crate::policy::file::PluginConfig;
 use crate::policy::read::{MAX_POLICY_FILE, read_regular_file};
 use crate::policy::wasm::Host;
@@ -120,22 +120,22 @@ impl CasesFile {
 /// the run compiles the component only once (a Python one takes seconds).
 pub(super) struct Loader {
     host: Arc<Host>,
-    wasm: PathBuf,
+    plugin: PluginConfig,
     _dir: tempfile::TempDir,
     entries: PathBuf,
     key: CacheKey,
 }
 
 impl Loader {
-    pub(super) fn new(wasm: PathBuf) -> anyhow::Result<Self> {
+    pub(super) fn new(host: Arc<Host>, sources: &Sources, wasm: PathBuf) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("plugin-cases-").tempdir()?;
         let key_file = dir.path().join("key");
         std::fs::write(&key_file, CacheKey::generate()?)?;
         let entries = dir.path().join("entries");
         let key = CacheKey::read(&key_file, &entries).map_err(anyhow::Error::msg)?;
         Ok(Loader {
-            host: author::host()?,
-            wasm,
+            host,
+            plugin: sources.unpinned(&wasm),
             _dir: dir,
             entries,
             key,
@@ -154,7 +154,7 @@ impl Loader {
         let cfg = PluginConfig {
             settings_json: serde_json::to_string(settings).map_err(|e| e.to_string())?,
             plugin_type: ctx.plugin_type,
-            ..author::unpinned(&self.wasm)
+            ..self.plugin.clone()
         };
         let input = HookInput {
             current: case.current.clone(),

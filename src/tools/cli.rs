@@ -132,8 +132,13 @@ pub(super) enum PluginCommand {
         #[arg(long, required_unless_present = "policy")]
         cache_key_file: Option<PathBuf>,
         /// A policy file: its plugins, cache_dir and cache_key_file.
-        #[arg(long, conflicts_with_all = ["cache_dir", "cache_key_file"])]
+        #[arg(long, conflicts_with_all = ["cache_dir", "cache_key_file", "memory_limit_mib"])]
         policy: Option<PathBuf>,
+        /// The largest `memory_limit_mib` of the policy the components run
+        /// in: the engine's memory slots, and so the compiled code, follow it.
+        #[arg(long, default_value_t = crate::policy::file::DEFAULT_MEMORY_LIMIT_MIB,
+              value_parser = clap::value_parser!(u64).range(1..=crate::policy::file::MAX_MEMORY_LIMIT_MIB))]
+        memory_limit_mib: u64,
     },
     /// Print a new random key for `policy.cache_key_file` (64 hex digits).
     CacheKey,
@@ -158,7 +163,11 @@ pub(super) enum PluginCommand {
     /// Used by the registrar itself: compile the component on stdin, write the
     /// precompiled form on stdout.
     #[command(hide = true)]
-    CompileWorker,
+    CompileWorker {
+        /// The engine's memory reservation per slot, in MiB.
+        #[arg(long)]
+        memory_mib: u64,
+    },
 }
 
 /// `plugin run`'s arguments.

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use super::author;
 
-pub(super) fn run(wasm: &Path, json: bool) -> anyhow::Result<()> {
-    let i = author::inspect(&author::host()?, wasm)?;
+pub(super) fn run(sources: &author::Sources, wasm: &Path, json: bool) -> anyhow::Result<()> {
+    let i = author::inspect(&author::host()?, sources, wasm)?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&i)?);
         return Ok(());

@@ -67,14 +67,14 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
             command: cmd,
         }) => {
             use cli::PluginCommand as P;
-            author::set_registry(&registry);
+            let sources = author::Sources::from_args(&registry);
             let named = match &cmd {
                 P::Inspect { wasm, .. } | P::Validate { wasm, .. } => Some(wasm.as_path()),
                 P::Run(args) => Some(args.wasm.as_path()),
                 P::Test { plugin, .. } | P::Bench { plugin, .. } => plugin.as_deref(),
                 _ => None,
             };
-            if let Some(Err(e)) = named.map(author::source_of) {
+            if let Some(Err(e)) = named.map(|n| sources.source_of(n)) {
                 eprintln!("error: {e}");
                 return Some(ExitCode::from(2));
             }
@@ -83,21 +83,23 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
             // A reader of stdout that goes away (`| head`) ends the tool
             // quietly instead (`outln!`).
             match cmd {
-                P::CompileWorker => return Some(crate::policy::wasm::compile_worker()),
+                P::CompileWorker { memory_mib } => {
+                    return Some(crate::policy::wasm::compile_worker(memory_mib));
+                }
                 P::CacheKey => cache_key::run(),
-                P::Inspect { wasm, json } => inspect::run(&wasm, json),
-                P::Validate { wasm, settings } => validate::run(&wasm, &settings),
-                P::Run(args) => run::run(args),
+                P::Inspect { wasm, json } => inspect::run(&sources, &wasm, json),
+                P::Validate { wasm, settings } => validate::run(&sources, &wasm, &settings),
+                P::Run(args) => run::run(&sources, args),
                 P::Bench {
                     cases,
                     plugin,
                     iterations,
-                } => bench::run(&cases, plugin.as_deref(), iterations),
+                } => bench::run(&sources, &cases, plugin.as_deref(), iterations),
                 P::Test {
                     cases,
                     plugin,
                     junit,
-                } => match test::run(&cases, plugin.as_deref(), junit.as_deref()) {
+                } => match test::run(&sources, &cases, plugin.as_deref(), junit.as_deref()) {
                     Ok(true) => Ok(()),
                     Ok(false) => return Some(ExitCode::FAILURE),
                     Err(e) => Err(e),
@@ -107,17 +109,20 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
                     cache_dir,
                     cache_key_file,
                     policy,
+                    memory_limit_mib,
                 } => match (policy, cache_dir, cache_key_file) {
                     (Some(policy), _, _) => precompile::run_policy(&policy),
-                    (None, Some(dir), Some(key)) => precompile::run(&wasm, &dir, &key),
+                    (None, Some(dir), Some(key)) => {
+                        precompile::run(&sources, &wasm, &dir, &key, memory_limit_mib)
+                    }
                     _ => Err(anyhow::anyhow!(
                         "give components with --cache-dir and --cache-key-file, or --policy"
                     )),
                 },
                 #[cfg(feature = "oci")]
-                P::Push { wasm, reference } => oci::push(&wasm, &reference),
+                P::Push { wasm, reference } => oci::push(&sources, &wasm, &reference),
                 #[cfg(feature = "oci")]
-                P::Pull { reference, output } => oci::pull(&reference, output.as_deref()),
+                P::Pull { reference, output } => oci::pull(&sources, &reference, output.as_deref()),
                 #[cfg(not(feature = "oci"))]
                 P::Push { .. } | P::Pull { .. } => Err(anyhow::anyhow!(
                     "this build has no OCI registry client (built without the `oci` feature)"

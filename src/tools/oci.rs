@@ -17,7 +17,7 @@ fn pinned_line(reference: &OciReference, digest: &Digest) -> String {
     format!("oci = \"{repo}@{digest}\"")
 }
 
-pub(super) fn push(wasm: &Path, reference: &str) -> anyhow::Result<()> {
+pub(super) fn push(sources: &author::Sources, wasm: &Path, reference: &str) -> anyhow::Result<()> {
     let reference = OciReference::parse(reference).map_err(anyhow::Error::msg)?;
     if reference.digest.is_some() {
         anyhow::bail!(
@@ -25,7 +25,7 @@ pub(super) fn push(wasm: &Path, reference: &str) -> anyhow::Result<()> {
         );
     }
     // Only what the registrar would load is pushed.
-    let inspection = author::inspect(&author::host()?, wasm)?;
+    let inspection = author::inspect(&author::host()?, sources, wasm)?;
     let bytes = read_component(wasm).map_err(|m| anyhow::anyhow!("{}: {m}", wasm.display()))?;
     let info = ComponentInfo {
         exports: inspection.exports.clone(),
@@ -35,7 +35,8 @@ pub(super) fn push(wasm: &Path, reference: &str) -> anyhow::Result<()> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "plugin.wasm".into()),
     };
-    let options = match author::source_of(Path::new(&format!("oci://{reference}")))
+    let options = match sources
+        .source_of(Path::new(&format!("oci://{reference}")))
         .map_err(anyhow::Error::msg)?
     {
         PluginSource::Oci(o) => o.registry,
@@ -54,14 +55,19 @@ pub(super) fn push(wasm: &Path, reference: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(super) fn pull(reference: &str, output: Option<&Path>) -> anyhow::Result<()> {
+pub(super) fn pull(
+    sources: &author::Sources,
+    reference: &str,
+    output: Option<&Path>,
+) -> anyhow::Result<()> {
     let arg = if reference.starts_with("oci://") {
         reference.to_owned()
     } else {
         format!("oci://{reference}")
     };
-    let PluginSource::Oci(mut source) =
-        author::source_of(Path::new(&arg)).map_err(anyhow::Error::msg)?
+    let PluginSource::Oci(mut source) = sources
+        .source_of(Path::new(&arg))
+        .map_err(anyhow::Error::msg)?
     else {
         unreachable!("an oci:// argument")
     };
@@ -74,7 +80,7 @@ pub(super) fn pull(reference: &str, output: Option<&Path>) -> anyhow::Result<()>
     let pulled = run_blocking(oci::fetch(&source))?;
     // Loaded as the registrar would, from the pinned reference.
     let pinned = format!("oci://{}", source.reference);
-    let inspection = author::inspect(&author::host()?, Path::new(&pinned))?;
+    let inspection = author::inspect(&author::host()?, sources, Path::new(&pinned))?;
     if let Some(out) = output {
         std::fs::write(out, &pulled.wasm)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;

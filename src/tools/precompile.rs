@@ -5,12 +5,22 @@ use std::path::{Path, PathBuf};
 
 use super::author;
 use crate::policy::wasm::cache::CacheKey;
+use crate::policy::wasm::{Compiler, Host, Reservation};
 
-pub(super) fn run(wasm: &[PathBuf], cache_dir: &Path, key_file: &Path) -> anyhow::Result<()> {
+pub(super) fn run(
+    sources: &author::Sources,
+    wasm: &[PathBuf],
+    cache_dir: &Path,
+    key_file: &Path,
+    memory_limit_mib: u64,
+) -> anyhow::Result<()> {
     let key = CacheKey::read(key_file, cache_dir).map_err(anyhow::Error::msg)?;
-    let host = author::host()?;
+    let host = Host::new(Compiler {
+        reservation: Reservation::for_cap(memory_limit_mib << 20),
+        worker: None,
+    })?;
     for w in wasm {
-        let entry = author::precompile(&host, w, cache_dir, &key)?;
+        let entry = author::precompile(&host, &sources.unpinned(w), cache_dir, &key)?;
         outln!("{} -> {}", w.display(), entry.display());
     }
     Ok(())
@@ -27,9 +37,11 @@ pub(super) fn run_policy(policy: &Path) -> anyhow::Result<()> {
         );
     };
     let key = CacheKey::read(key_file, dir).map_err(anyhow::Error::msg)?;
-    let host = author::host()?;
+    // The engine the registrar makes for this policy: its memory slots, and
+    // so its compiled code, follow the largest memory_limit_mib.
+    let host = Host::new(crate::policy::wasm::compiler_for(&cfg, None))?;
     for p in &cfg.plugins {
-        let entry = author::precompile_config(&host, p, dir, &key)?;
+        let entry = author::precompile(&host, p, dir, &key)?;
         outln!("{} ({}) -> {}", p.id, p.source, entry.display());
     }
     Ok(())

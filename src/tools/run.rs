@@ -9,7 +9,7 @@ use crate::policy::Context;
 use crate::policy::Failure;
 use crate::policy::file::PluginConfig;
 
-pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
+pub(super) fn run(sources: &author::Sources, args: RunArgs) -> anyhow::Result<()> {
     let RunArgs {
         wasm,
         hook,
@@ -54,7 +54,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         settings_json: settings.json()?,
         timeout: Duration::from_millis(timeout_ms),
         plugin_type: ctx.plugin_type,
-        ..author::unpinned(&wasm)
+        ..sources.unpinned(&wasm)
     };
     let chain = author::chain_of(&author::host()?, cfg, hook, None)?;
     let input = HookInput {

@@ -12,12 +12,13 @@ use super::cases::{self, Case, CasesFile, Loader};
 type Outcome = Result<(), String>;
 
 pub(super) fn run(
+    sources: &author::Sources,
     cases: &Path,
     plugin: Option<&Path>,
     junit: Option<&Path>,
 ) -> anyhow::Result<bool> {
     let file = cases::read(cases)?;
-    let loader = Loader::new(file.plugin(cases, plugin)?)?;
+    let loader = Loader::new(author::host()?, sources, file.plugin(cases, plugin)?)?;
     let mut suite = TestSuite::new(cases.display().to_string());
     let (mut passed, mut failed) = (0, 0);
     for case in &file.cases {

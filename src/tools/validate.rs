@@ -6,10 +6,14 @@ use super::author;
 use super::cli::SettingsArgs;
 use crate::policy::file::PluginConfig;
 
-pub(super) fn run(wasm: &Path, settings: &SettingsArgs) -> anyhow::Result<()> {
+pub(super) fn run(
+    sources: &author::Sources,
+    wasm: &Path,
+    settings: &SettingsArgs,
+) -> anyhow::Result<()> {
     let cfg = PluginConfig {
         settings_json: settings.json()?,
-        ..author::unpinned(wasm)
+        ..sources.unpinned(wasm)
     };
     let component =
         crate::policy::fetch::component_blocking(&cfg).map_err(|e| cfg.source_error(e))?;

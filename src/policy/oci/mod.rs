@@ -20,6 +20,5 @@ mod registry;
 mod signature;
 mod store;
 
-pub(crate) use artifact::planned_digests;
 pub(crate) use pull::{PullError, fetch, resolve};
 pub(crate) use push::{ComponentInfo, push};

@@ -24,6 +24,8 @@ use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use super::compiler::{CompileError, Compiler};
+
 /// The header of an entry: this magic, then the 32-byte tag, then the compiled bytes.
 const MAGIC: &[u8; 16] = b"csi-registrar-1\n";
 const TAG: usize = 32;
@@ -142,17 +144,15 @@ fn verified(path: &Path, key: &CacheKey, wasm_sha256: &[u8; 32]) -> Result<Vec<u
 /// Any cache problem falls back to compiling in memory: never a failure.
 pub(crate) fn load_or_compile(
     engine: &Engine,
+    compiler: &Compiler,
     dir: &Path,
     key: &CacheKey,
     wasm: &[u8],
     wasm_sha256: &[u8; 32],
-) -> wasmtime::Result<(Component, CacheOutcome)> {
+) -> Result<(Component, CacheOutcome), CompileError> {
     if let Err(why) = usable_dir(dir) {
         tracing::warn!(cache_dir = %dir.display(), "Plugin cache not used: {why}");
-        return Ok((
-            super::compiler::compile(engine, wasm)?,
-            CacheOutcome::Bypassed,
-        ));
+        return Ok((compiler.compile(engine, wasm)?, CacheOutcome::Bypassed));
     }
     let path = entry(engine, dir, wasm_sha256);
     if path.exists() {
@@ -160,7 +160,7 @@ pub(crate) fn load_or_compile(
             // SAFETY: the tag proves these bytes were written by a registrar
             // holding the key, as what this pinned component compiles to, and
             // the file name covers this engine's compatibility hash.
-            Ok(compiled) => match unsafe { Component::deserialize(engine, &compiled) } {
+            Ok(compiled) => match unsafe { compiler.load(engine, &compiled) } {
                 Ok(c) => return Ok((c, CacheOutcome::Hit)),
                 Err(e) => {
                     tracing::warn!(file = %path.display(), error = %e, "Discarding unusable cache entry")
@@ -171,7 +171,7 @@ pub(crate) fn load_or_compile(
             }
         }
     }
-    let compiled = super::compiler::precompile(engine, wasm)?;
+    let compiled = compiler.precompile(engine, wasm)?;
     let stored = (|| -> std::io::Result<()> {
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         tmp.write_all(MAGIC)?;
@@ -185,7 +185,7 @@ pub(crate) fn load_or_compile(
     }
     // SAFETY: `compiled` was produced just now by `precompile_component` of
     // this engine's configuration (here or in the compiler child).
-    let component = unsafe { Component::deserialize(engine, &compiled)? };
+    let component = unsafe { compiler.load(engine, &compiled)? };
     Ok((component, CacheOutcome::Stored))
 }
 

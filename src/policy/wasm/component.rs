@@ -10,14 +10,51 @@ use wasmtime::component::Component;
 use super::bindings::{WIT_PACKAGE, WIT_VERSION};
 use crate::policy::hook::Hook;
 
+/// Why a component is not a policy plugin this host runs, with the fix.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ComponentError {
+    /// A core module.
+    #[error(
+        "this is a core WebAssembly module, not a component: build for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule,
+    /// Not WebAssembly at all.
+    #[error("not a WebAssembly binary (no \\0asm header)")]
+    NotWasm,
+    /// A policy interface of another WIT version.
+    #[error(
+        "it exports {0}, but this registrar implements {WIT_PACKAGE}@{WIT_VERSION} (it accepts 0.1.x): rebuild the plugin against the wit/ of this registrar release"
+    )]
+    OtherVersion(String),
+    /// No `plugin` interface.
+    #[error(
+        "it does not export {WIT_PACKAGE}/plugin@{WIT_VERSION}, so it is not a registrar policy plugin (build it against wit/policy.wit, one of its worlds)"
+    )]
+    NotAPlugin,
+    /// The policy file's `hooks` names one it does not export.
+    #[error(
+        "hooks lists \"{missing}\" but the component does not export {WIT_PACKAGE}/{missing}@{WIT_VERSION}; it exports {exported}"
+    )]
+    MissingHook {
+        /// The hook.
+        missing: Hook,
+        /// What it exports, described.
+        exported: String,
+    },
+    /// It imports what the host does not give.
+    #[error("{}", link_message(.0))]
+    Link(#[source] wasmtime::Error),
+    /// Its exports' types are not the WIT's.
+    #[error("{0:#}")]
+    Exports(#[source] wasmtime::Error),
+}
+
 /// Tells a core module or a non-wasm file from a component, with the fix.
-pub(crate) fn check_is_component(wasm: &[u8]) -> Result<(), String> {
+pub(crate) fn check_is_component(wasm: &[u8]) -> Result<(), ComponentError> {
     match wasm.get(..8) {
         Some([0, b'a', b's', b'm', 0x0d, 0, 0x01, 0]) => Ok(()),
-        Some([0, b'a', b's', b'm', 0x01, 0, 0, 0]) => Err(
-            "this is a core WebAssembly module, not a component: build for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)".into(),
-        ),
-        _ => Err("not a WebAssembly binary (no \\0asm header)".into()),
+        Some([0, b'a', b's', b'm', 0x01, 0, 0, 0]) => Err(ComponentError::CoreModule),
+        _ => Err(ComponentError::NotWasm),
     }
 }
 
@@ -26,7 +63,7 @@ pub(crate) fn check_is_component(wasm: &[u8]) -> Result<(), String> {
 pub(crate) fn exported_hooks(
     engine: &Engine,
     component: &Component,
-) -> Result<BTreeSet<Hook>, String> {
+) -> Result<BTreeSet<Hook>, ComponentError> {
     let mut hooks = BTreeSet::new();
     let mut has_plugin = false;
     let mut foreign = Vec::new();
@@ -48,15 +85,11 @@ pub(crate) fn exported_hooks(
             }
         }
     }
-    if let Some(name) = foreign.first() {
-        return Err(format!(
-            "it exports {name}, but this registrar implements {WIT_PACKAGE}@{WIT_VERSION} (it accepts 0.1.x): rebuild the plugin against the wit/ of this registrar release"
-        ));
+    if let Some(name) = foreign.into_iter().next() {
+        return Err(ComponentError::OtherVersion(name));
     }
     if !has_plugin {
-        return Err(format!(
-            "it does not export {WIT_PACKAGE}/plugin@{WIT_VERSION}, so it is not a registrar policy plugin (build it against wit/policy.wit, one of its worlds)"
-        ));
+        return Err(ComponentError::NotAPlugin);
     }
     Ok(hooks)
 }
@@ -78,7 +111,7 @@ pub(crate) fn describe_hooks(hooks: &BTreeSet<Hook>) -> String {
         .join(", ")
 }
 
-pub(crate) fn link_error(e: &wasmtime::Error) -> String {
+fn link_message(e: &wasmtime::Error) -> String {
     let text = format!("{e:#}");
     if text.contains("matching implementation was not found") {
         format!(

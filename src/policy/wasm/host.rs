@@ -9,21 +9,21 @@ use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::{Component, HasSelf, Linker};
 
-use super::bindings::{self, WIT_PACKAGE, WIT_VERSION};
-use super::compiler::CONCURRENT_INSTANCES;
-use super::component::{self, exported_hooks};
+use super::bindings;
+use super::cache;
+use super::compiler::{CompileError, Compiler, Reservation};
+use super::component::{self, ComponentError, exported_hooks};
 use super::plugin::{GuestHooks, WasmPlugin};
-use super::sandbox::{HostState, Timers};
-use super::{cache, compiler};
+use super::sandbox::{CallPhases, HostState, PhaseLog, Timers};
 use crate::metrics::Metrics;
 use crate::policy::chain::{CallError, Chain, PluginHooks};
-use crate::policy::file::{MAX_MEMORY_LIMIT_MIB, Mode, OnError, PluginConfig, PolicyFile};
+use crate::policy::file::{Mode, OnError, PluginConfig, PolicyFile};
 use crate::policy::hook::Hook;
 
 /// A plugin that cannot be loaded, in the plugin author's terms: which
 /// plugin, its file, where the policy file declares it, and why.
 #[derive(Debug, thiserror::Error)]
-#[error("policy plugin {id:?} ({}{}): {message}", path.display(), declared(declared_at))]
+#[error("policy plugin {id:?} ({}{}): {failure}", path.display(), declared(declared_at))]
 pub struct PluginLoadError {
     /// The plugin's `id`.
     pub id: String,
@@ -33,11 +33,70 @@ pub struct PluginLoadError {
     /// The policy file and the line that declare the plugin.
     pub declared_at: Option<(PathBuf, usize)>,
     /// What is wrong, and how to fix it.
-    pub message: String,
+    #[source]
+    pub(crate) failure: Box<LoadFailure>,
+}
+
+impl PluginLoadError {
     /// What kind of failure, for metrics and retries: a source's class
     /// (`file`, `pin`, `auth`, `network`, `too-large`, `digest`, `manifest`,
-    /// `signature`, `cache`, `timeout`), or `engine`, `component`.
-    pub class: &'static str,
+    /// `signature`, `cache`, `timeout`), or `engine`, `compiler`,
+    /// `component`, `limits`, `settings`.
+    pub fn class(&self) -> &'static str {
+        self.failure.class()
+    }
+}
+
+/// Why a plugin does not load, step by step.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LoadFailure {
+    /// Its component cannot be had from its source.
+    #[error(transparent)]
+    Source(#[from] crate::policy::SourceError),
+    /// The engine cannot start, or the component does not compile.
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// It is not a policy plugin this host runs.
+    #[error(transparent)]
+    Component(#[from] component::ComponentError),
+    /// The copy-on-write image of its memories cannot be made.
+    #[error("cannot prepare the component's memory image: {0:#}")]
+    Image(#[source] wasmtime::Error),
+    /// Its first instance needs more than `memory_limit_mib`.
+    #[error(
+        "memory_limit_mib = {limit_mib} is too small for this plugin: starting an instance asked for at least {wanted_mib} MiB (its memories and tables together); raise memory_limit_mib"
+    )]
+    MemoryLimit {
+        /// `memory_limit_mib`.
+        limit_mib: u64,
+        /// What its first instance asked for.
+        wanted_mib: u64,
+    },
+    /// Its `info` call failed.
+    #[error("info() failed: {0}")]
+    Info(#[source] CallError),
+    /// Its `validate-settings` call failed.
+    #[error("validate-settings failed: {0}")]
+    Validate(#[source] CallError),
+    /// It refused its settings, in its own words.
+    #[error("the plugin refused its settings: {0}")]
+    Settings(String),
+}
+
+impl LoadFailure {
+    fn class(&self) -> &'static str {
+        match self {
+            LoadFailure::Source(e) => e.class(),
+            LoadFailure::Compile(CompileError::Engine(..)) | LoadFailure::Image(_) => "engine",
+            LoadFailure::Compile(CompileError::Killed(_)) => "compiler",
+            LoadFailure::Compile(_)
+            | LoadFailure::Component(_)
+            | LoadFailure::Info(_)
+            | LoadFailure::Validate(_) => "component",
+            LoadFailure::MemoryLimit { .. } => "limits",
+            LoadFailure::Settings(_) => "settings",
+        }
+    }
 }
 
 fn declared(at: &Option<(PathBuf, usize)>) -> String {
@@ -49,30 +108,80 @@ fn declared(at: &Option<(PathBuf, usize)>) -> String {
 /// The engine, the linker and the deadline timers shared by every plugin.
 pub struct Host {
     engine: Engine,
+    compiler: Compiler,
     linker: Linker<HostState>,
     /// Drives the per-call deadline timers and the WASI clocks.
     timers: Arc<Timers>,
+    /// Where each call's phases go, for `plugin bench` (`None`: nowhere).
+    phases: Option<Arc<PhaseLog>>,
 }
 
 impl Host {
-    /// The engine and the linker, with the timers' thread.
-    pub fn new() -> wasmtime::Result<Arc<Self>> {
-        let engine = compiler::new_engine()?;
+    /// The engine `compiler` describes and the linker, with the timers'
+    /// thread. The WASI clocks run on the tokio runtime this is called
+    /// from, if any (the registrar's), or else on a thread of their own.
+    pub fn new(compiler: Compiler) -> Result<Arc<Self>, CompileError> {
+        Self::build(compiler, None, None)
+    }
+
+    /// As [`Host::new`], with the WASI clocks on `runtime`, which calls
+    /// must never block (the registrar's: it calls plugins on its blocking
+    /// pool).
+    pub(crate) fn on_runtime(
+        compiler: Compiler,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Arc<Self>, CompileError> {
+        Self::build(compiler, Some(runtime), None)
+    }
+
+    /// As [`Host::new`], keeping the phases of each call for
+    /// [`Host::last_call_phases`].
+    pub(crate) fn recording_phases(compiler: Compiler) -> Result<Arc<Self>, CompileError> {
+        Self::build(compiler, None, Some(Arc::default()))
+    }
+
+    fn build(
+        compiler: Compiler,
+        runtime: Option<tokio::runtime::Handle>,
+        phases: Option<Arc<PhaseLog>>,
+    ) -> Result<Arc<Self>, CompileError> {
+        let engine = super::compiler::new_engine(compiler.reservation)?;
+        let fail = |e: wasmtime::Error| CompileError::Engine(e, compiler.reservation);
         let mut linker = Linker::<HostState>::new(&engine);
         bindings::csi_registrar::policy::host_log::add_to_linker::<_, HasSelf<_>>(
             &mut linker,
             |s| s,
-        )?;
+        )
+        .map_err(fail)?;
         bindings::csi_registrar::policy::registrar_info::add_to_linker::<_, HasSelf<_>>(
             &mut linker,
             |s| s,
-        )?;
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        )
+        .map_err(fail)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(fail)?;
+        let timers = match runtime {
+            Some(handle) => Timers::on(handle),
+            None => Timers::new(),
+        }
+        .map_err(|e| fail(e.into()))?;
         Ok(Arc::new(Host {
             engine,
+            compiler,
             linker,
-            timers: Arc::new(Timers::new()?),
+            timers: Arc::new(timers),
+            phases,
         }))
+    }
+
+    /// The phases of the last call made by a plugin of this host, once
+    /// (always `None` unless made by [`Host::recording_phases`]).
+    pub(crate) fn last_call_phases(&self) -> Option<CallPhases> {
+        self.phases.as_ref().and_then(|log| log.take())
+    }
+
+    /// How this host compiles.
+    pub(crate) fn compiler(&self) -> &Compiler {
+        &self.compiler
     }
 
     /// The engine plugins are compiled for.
@@ -90,13 +199,19 @@ impl Host {
         cache: Option<(&Path, &cache::CacheKey)>,
     ) -> Result<WasmPlugin, PluginLoadError> {
         let plugin = self.prepare(cfg, wasm, cache)?;
-        let info = plugin.info().map_err(|e| match e {
-            CallError::Memory { limit_mib, wanted_mib } => cfg.error(format!(
-                "memory_limit_mib = {limit_mib} is too small for this plugin: starting an instance asked for at least {wanted_mib} MiB (its memories and tables together); raise memory_limit_mib"
-            )),
-            e => cfg.error(format!("info() failed: {e}")),
+        let info = plugin.info().map_err(|e| {
+            cfg.error(match e {
+                CallError::Memory {
+                    limit_mib,
+                    wanted_mib,
+                } => LoadFailure::MemoryLimit {
+                    limit_mib,
+                    wanted_mib,
+                },
+                e => LoadFailure::Info(e),
+            })
         })?;
-        plugin.validate_settings().map_err(|m| cfg.error(m))?;
+        plugin.validate_settings().map_err(|e| cfg.error(e))?;
         tracing::info!(
             plugin = %cfg.id, name = %info.0, version = %info.1,
             hooks = %component::describe_hooks(&plugin.hooks),
@@ -112,18 +227,20 @@ impl Host {
         wasm: &[u8],
         cache: Option<(&Path, &cache::CacheKey)>,
     ) -> Result<WasmPlugin, PluginLoadError> {
-        let fail = |message: String| cfg.error(message);
+        let fail = |e: ComponentError| cfg.error(e.into());
         let digest: [u8; 32] = Sha256::digest(wasm).into();
-        let component = self.compile(wasm, &digest, cache).map_err(fail)?;
+        let component = self
+            .compile(wasm, &digest, cache)
+            .map_err(|e| cfg.error(e))?;
         let hooks = exported_hooks(&self.engine, &component).map_err(fail)?;
         let selected: BTreeSet<Hook> = match &cfg.hooks {
             None => hooks.clone(),
             Some(wanted) => {
                 if let Some(missing) = wanted.iter().find(|h| !hooks.contains(h)) {
-                    return Err(fail(format!(
-                        "hooks lists \"{missing}\" but the component does not export {WIT_PACKAGE}/{missing}@{WIT_VERSION}; it exports {}",
-                        component::describe_hooks(&hooks)
-                    )));
+                    return Err(fail(ComponentError::MissingHook {
+                        missing: *missing,
+                        exported: component::describe_hooks(&hooks),
+                    }));
                 }
                 wanted.clone()
             }
@@ -131,11 +248,12 @@ impl Host {
         let pre = self
             .linker
             .instantiate_pre(&component)
-            .map_err(|e| fail(component::link_error(&e)))?;
-        let index = |e: wasmtime::Error| fail(format!("{e:#}"));
+            .map_err(|e| fail(ComponentError::Link(e)))?;
+        let index = |e: wasmtime::Error| fail(ComponentError::Exports(e));
         let plugin = WasmPlugin {
             engine: self.engine.clone(),
             timers: self.timers.clone(),
+            phases: self.phases.clone(),
             id: Arc::from(cfg.id.as_str()),
             mode: cfg.mode,
             on_error: cfg.on_error,
@@ -156,16 +274,18 @@ impl Host {
         wasm: &[u8],
         digest: &[u8; 32],
         cache: Option<(&Path, &cache::CacheKey)>,
-    ) -> Result<Component, String> {
+    ) -> Result<Component, LoadFailure> {
         component::check_is_component(wasm)?;
         let started = std::time::Instant::now();
         let (component, outcome) = match cache {
-            Some((dir, key)) => cache::load_or_compile(&self.engine, dir, key, wasm, digest),
-            None => {
-                compiler::compile(&self.engine, wasm).map(|c| (c, cache::CacheOutcome::Bypassed))
+            Some((dir, key)) => {
+                cache::load_or_compile(&self.engine, &self.compiler, dir, key, wasm, digest)
             }
-        }
-        .map_err(|e| compiler::explain_compile_error(&e))?;
+            None => self
+                .compiler
+                .compile(&self.engine, wasm)
+                .map(|c| (c, cache::CacheOutcome::Bypassed)),
+        }?;
         let compiled = started.elapsed();
         // Otherwise the first instantiation makes the copy-on-write image of
         // the component's memories (a memfd the initial data is written to),
@@ -173,29 +293,26 @@ impl Host {
         // tens of MB that a busy node takes more than 100 ms to write.
         component
             .initialize_copy_on_write_image()
-            .map_err(|e| format!("cannot prepare the component's memory image: {e:#}"))?;
+            .map_err(LoadFailure::Image)?;
         tracing::debug!(took = ?compiled, image = ?started.elapsed() - compiled, cache = ?outcome, "Plugin compiled");
         Ok(component)
     }
 }
 
 impl PluginConfig {
-    pub(crate) fn error(&self, message: String) -> PluginLoadError {
+    /// This plugin does not load, because of `failure`.
+    pub(crate) fn error(&self, failure: LoadFailure) -> PluginLoadError {
         PluginLoadError {
             id: self.id.clone(),
             path: PathBuf::from(self.source.to_string()),
             declared_at: self.declared_at.clone(),
-            message,
-            class: "component",
+            failure: Box::new(failure),
         }
     }
 
     /// Its component cannot be had from its source.
     pub(crate) fn source_error(&self, e: crate::policy::SourceError) -> PluginLoadError {
-        PluginLoadError {
-            class: e.class(),
-            ..self.error(e.to_string())
-        }
+        self.error(e.into())
     }
 }
 
@@ -215,32 +332,39 @@ fn cache_of(cfg: &PolicyFile) -> Option<(&Path, cache::CacheKey)> {
     }
 }
 
+/// The engine a policy file's plugins need: its memory slots hold the
+/// largest `memory_limit_mib`, and no more.
+pub(crate) fn compiler_for(cfg: &PolicyFile, worker: Option<PathBuf>) -> Compiler {
+    Compiler {
+        reservation: Reservation::for_caps(cfg.plugins.iter().map(|p| p.memory_limit_bytes)),
+        worker,
+    }
+}
+
 /// Loads every plugin of a policy file into a chain, from their components
-/// as `policy::fetch` got them (in the file's order). No engine exists unless
-/// this is called, so users of the built-in policy pay nothing for wasm.
+/// as `policy::fetch` got them (in the file's order), compiling as `compiler`
+/// says, with the WASI clocks on `runtime` if given (see [`Host::on_runtime`]).
+/// No engine exists unless this is called, so users of the built-in policy
+/// pay nothing for wasm.
 pub(crate) fn load_chain(
     cfg: &PolicyFile,
+    compiler: Compiler,
+    runtime: Option<tokio::runtime::Handle>,
     components: Vec<Result<Vec<u8>, PluginLoadError>>,
     metrics: Arc<Metrics>,
 ) -> Result<Chain, PluginLoadError> {
-    let host = match Host::new() {
+    let host = match runtime {
+        Some(handle) => Host::on_runtime(compiler, handle),
+        None => Host::new(compiler),
+    };
+    let host = match host {
         Ok(host) => host,
         Err(e) => {
-            let text = format!("{e:#}");
-            let hint = if text.contains("pool") || text.contains("mmap") || text.contains("mapping")
-            {
-                format!(
-                    ": its instance slots reserve address space up front ({CONCURRENT_INSTANCES} instances, each memory's slot sized for memory_limit_mib up to {MAX_MEMORY_LIMIT_MIB} MiB); raise or remove the process's address-space limit (ulimit -v, RLIMIT_AS)"
-                )
-            } else {
-                String::new()
-            };
             let err = PluginLoadError {
                 id: String::new(),
                 path: cfg.source.clone(),
                 declared_at: None,
-                message: format!("cannot start the WebAssembly engine: {text}{hint}"),
-                class: "engine",
+                failure: Box::new(e.into()),
             };
             // Plugins that may be left out are, as when one of them fails.
             if cfg
@@ -273,7 +397,7 @@ pub(crate) fn load_chain(
             // whether the registrar starts.
             Err(e) if p.mode == Mode::Monitor => {
                 metrics.plugin_call(&p.id, "load", "error", std::time::Duration::ZERO);
-                tracing::warn!(plugin = %p.id, error = %e, class = e.class, "Plugin in monitor mode cannot be loaded; going on without it");
+                tracing::warn!(plugin = %p.id, error = %e, class = e.class(), "Plugin in monitor mode cannot be loaded; going on without it");
             }
             Err(e) => return Err(e),
         }

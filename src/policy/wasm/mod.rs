@@ -8,7 +8,8 @@
 //! - `component`: what a component must be before it runs.
 //! - `plugin`: `WasmPlugin`, the chain's view of a loaded plugin.
 //! - `cache`: compiled components on disk, bound to their pins.
-//! - `compiler`: the engine's settings, and compiling in a child process.
+//! - `compiler`: the engine's settings, sized to the policy's caps, and
+//!   compiling in a child process.
 //!
 //! What a plugin can reach: `host-log`, and WASI 0.2 with nothing in it (no
 //! preopened directories, no environment, no arguments, no network, stdin
@@ -29,9 +30,11 @@ mod sandbox;
 mod watchdog;
 
 pub(crate) use bindings::WIT_PACKAGE;
-pub(crate) use compiler::{compile_in_child_processes, compile_worker};
+pub(crate) use compiler::compile_worker;
+pub use compiler::{CompileError, Compiler, CompilerKilled, Reservation};
 pub(crate) use component::check_is_component;
-pub(crate) use host::load_chain;
+pub(crate) use host::LoadFailure;
 pub use host::{Host, PluginLoadError};
+pub(crate) use host::{compiler_for, load_chain};
 pub use plugin::WasmPlugin;
-pub(crate) use sandbox::{CallPhases, last_call_phases};
+pub(crate) use sandbox::CallPhases;

@@ -12,7 +12,7 @@ use super::bindings::csi_registrar::policy::types::{PolicyError, RegistrationCon
 use super::bindings::exports::csi_registrar::policy::{
     driver_name, endpoint, failure, plugin, versions,
 };
-use super::sandbox::{self, CallSpec, HostState, MAX_LOG_MESSAGE, Timers};
+use super::sandbox::{self, CallSpec, HostState, MAX_LOG_MESSAGE, PhaseLog, Timers};
 use crate::plugin_type::PluginType;
 use crate::policy::chain::{CallError, PluginHooks};
 use crate::policy::decision::{Context, Failure, FailureAction};
@@ -56,6 +56,7 @@ for_each_hook!(define_guest_hooks);
 pub struct WasmPlugin {
     pub(super) engine: wasmtime::Engine,
     pub(super) timers: Arc<Timers>,
+    pub(super) phases: Option<Arc<PhaseLog>>,
     pub(super) id: Arc<str>,
     pub(super) mode: Mode,
     pub(super) on_error: OnError,
@@ -100,6 +101,7 @@ impl WasmPlugin {
                 timeout: self.timeout,
                 memory_limit: self.memory_limit,
                 plugin_type,
+                phases: self.phases.as_deref(),
             },
             f,
         )
@@ -150,7 +152,7 @@ impl WasmPlugin {
     }
 
     /// Asks the plugin to check its settings.
-    pub(crate) fn validate_settings(&self) -> Result<(), String> {
+    pub(crate) fn validate_settings(&self) -> Result<(), super::host::LoadFailure> {
         self.call(
             "validate-settings",
             self.plugin_type,
@@ -161,13 +163,8 @@ impl WasmPlugin {
                     .await
             },
         )
-        .map_err(|e| format!("validate-settings failed: {e}"))?
-        .map_err(|msg| {
-            format!(
-                "the plugin refused its settings: {}",
-                bounded(msg, MAX_LOG_MESSAGE)
-            )
-        })
+        .map_err(super::host::LoadFailure::Validate)?
+        .map_err(|msg| super::host::LoadFailure::Settings(bounded(msg, MAX_LOG_MESSAGE)))
     }
 }
 

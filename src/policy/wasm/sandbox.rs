@@ -33,25 +33,38 @@ use crate::plugin_type::PluginType;
 use crate::policy::chain::CallError;
 
 /// What a plugin's calls run beside: the watchdog that fires their
-/// deadlines, and a runtime for the WASI clocks. The runtime may be dropped
-/// anywhere: the last plugin of a policy can be dropped on the registrar's
-/// own runtime (a reload, the exit), where a blocking drop is not allowed.
-/// Nothing it runs needs waiting for.
+/// deadlines, and a tokio runtime for the WASI clocks.
+///
+/// The registrar gives its own runtime ([`Timers::on`]): its loop waits on
+/// the blocking pool while a call runs there, and so drives the clocks. Other
+/// users get a runtime of their own ([`Timers::new`]), since a caller may
+/// call a plugin from its runtime's only thread. That runtime may be dropped
+/// anywhere: the last plugin of a policy can be dropped on another runtime
+/// (a reload, the exit), where a blocking drop is not allowed. Nothing it
+/// runs needs waiting for.
 pub(crate) struct Timers {
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: Clocks,
     watchdog: Watchdog,
+}
+
+enum Clocks {
+    Own(Option<tokio::runtime::Runtime>),
+    Shared(tokio::runtime::Handle),
 }
 
 impl Drop for Timers {
     fn drop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
+        if let Clocks::Own(rt) = &mut self.runtime
+            && let Some(rt) = rt.take()
+        {
             rt.shutdown_background();
         }
     }
 }
 
 impl Timers {
-    /// Two threads, which sleep without a timeout while no call is in flight.
+    /// A runtime of their own and the watchdog: two threads, which sleep
+    /// without a timeout while no call is in flight.
     pub(crate) fn new() -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -60,13 +73,25 @@ impl Timers {
             .enable_time()
             .build()?;
         Ok(Timers {
-            runtime: Some(runtime),
+            runtime: Clocks::Own(Some(runtime)),
             watchdog: Watchdog::new()?,
         })
     }
 
-    fn runtime(&self) -> &tokio::runtime::Runtime {
-        self.runtime.as_ref().expect("present until dropped")
+    /// The clocks on `runtime`, which must not be blocked while a call runs
+    /// (calls run on its blocking pool), and the watchdog's thread.
+    pub(crate) fn on(runtime: tokio::runtime::Handle) -> std::io::Result<Self> {
+        Ok(Timers {
+            runtime: Clocks::Shared(runtime),
+            watchdog: Watchdog::new()?,
+        })
+    }
+
+    fn enter(&self) -> tokio::runtime::EnterGuard<'_> {
+        match &self.runtime {
+            Clocks::Own(rt) => rt.as_ref().expect("present until dropped").enter(),
+            Clocks::Shared(handle) => handle.enter(),
+        }
     }
 }
 
@@ -221,13 +246,19 @@ pub(crate) struct CallPhases {
     pub(crate) memory: usize,
 }
 
-thread_local! {
-    static LAST_CALL: std::cell::Cell<Option<CallPhases>> = const { std::cell::Cell::new(None) };
-}
+/// Where the phases of a host's last call are kept, for `plugin bench`.
+#[derive(Debug, Default)]
+pub(crate) struct PhaseLog(std::sync::Mutex<Option<CallPhases>>);
 
-/// The phases of the last call this thread made, once.
-pub(crate) fn last_call_phases() -> Option<CallPhases> {
-    LAST_CALL.with(std::cell::Cell::take)
+impl PhaseLog {
+    fn put(&self, phases: CallPhases) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(phases);
+    }
+
+    /// The last call's phases, once.
+    pub(crate) fn take(&self) -> Option<CallPhases> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 /// What a call needs from its plugin.
@@ -240,6 +271,8 @@ pub(super) struct CallSpec<'a> {
     pub timeout: Duration,
     pub memory_limit: u64,
     pub plugin_type: PluginType,
+    /// Where this call's phases go, if anywhere.
+    pub phases: Option<&'a PhaseLog>,
 }
 
 /// Instantiates the plugin in a fresh Store and runs `f` under the deadline
@@ -287,7 +320,7 @@ pub(super) fn call<R>(
         })
     });
     // WASI clocks sleep on the timers' runtime.
-    let _runtime = spec.timers.runtime().enter();
+    let _runtime = spec.timers.enter();
     let armed = spec.timers.watchdog.arm(deadline, spec.engine.weak());
     let set_up = Instant::now();
     let mut instantiated = set_up;
@@ -316,7 +349,9 @@ pub(super) fn call<R>(
     if !output.is_empty() {
         tracing::debug!(target: "plugin", plugin = %spec.plugin, hook = spec.hook, output = %String::from_utf8_lossy(&output), "Plugin wrote to stdout/stderr");
     }
-    LAST_CALL.with(|c| c.set(Some(phases(Instant::now()))));
+    if let Some(log) = spec.phases {
+        log.put(phases(Instant::now()));
+    }
     let error = match result {
         Some(Ok(answer)) => return Ok(answer),
         None => return Err(CallError::Timeout(spec.timeout)),
