@@ -78,10 +78,10 @@ pub(crate) enum OciError {
     },
     /// The cosign signature.
     #[error("cosign signature: {0}")]
-    Signature(String),
+    Signature(#[from] signature::SignatureError),
     /// The cosign key named.
-    #[error("{0}")]
-    Key(String),
+    #[error(transparent)]
+    Key(#[from] signature::KeyError),
     /// The whole pull took longer than its bound.
     #[error("no complete answer within {} ms (pull_timeout_ms); gave up", .0.as_millis())]
     Timeout(Duration),

@@ -19,8 +19,127 @@ use p256::pkcs8::DecodePublicKey;
 use serde::Deserialize;
 
 use super::registry::{ACCEPTED_MANIFESTS, MANIFEST_LIMIT, Registry, RegistryError};
-use super::store::Store;
+use super::store::{Store, StoreError};
 use crate::policy::Digest;
+
+/// A `cosign_key` that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum KeyError {
+    /// The file cannot be read.
+    #[error("cannot read cosign_key {path}: {source}")]
+    Read {
+        /// The key file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It is not an ECDSA P-256 public key in PEM.
+    #[error(
+        "cosign_key {path} is not a PEM ECDSA P-256 public key ({source}); `cosign generate-key-pair` writes one (cosign.pub)"
+    )]
+    NotAKey {
+        /// The key file.
+        path: String,
+        /// Why.
+        #[source]
+        source: p256::pkcs8::spki::Error,
+    },
+}
+
+/// Why one signature does not verify.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Mismatch {
+    /// The annotation is not base64.
+    #[error("its signature is not base64")]
+    NotBase64,
+    /// Nor DER.
+    #[error("its signature is not DER")]
+    NotDer,
+    /// Another key signed it.
+    #[error("it is not signed by the key in {0}")]
+    OtherKey(String),
+    /// The signed payload is not cosign's.
+    #[error("its payload is not a cosign payload ({0})")]
+    NotAPayload(#[source] serde_json::Error),
+    /// It signs another manifest.
+    #[error("it signs {signed}, not {manifest}")]
+    OtherManifest {
+        /// What it signs.
+        signed: String,
+        /// What was to be signed.
+        manifest: Digest,
+    },
+}
+
+/// Why an artefact's signature is not accepted.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SignatureError {
+    /// The registry has no signature manifest for it.
+    #[error(
+        "{manifest} is not signed: the repository has no {tag}; sign it with `cosign sign --key cosign.key REF@{manifest}`"
+    )]
+    Unsigned {
+        /// The artefact's manifest.
+        manifest: Digest,
+        /// `sha256-<hex>.sig`.
+        tag: String,
+    },
+    /// Its signature manifest cannot be fetched.
+    #[error("cannot fetch its signature {tag}: {source}")]
+    Fetch {
+        /// `sha256-<hex>.sig`.
+        tag: String,
+        /// Why.
+        #[source]
+        source: RegistryError,
+    },
+    /// What is at the tag is not a cosign signature manifest.
+    #[error("{tag} is not a cosign signature manifest ({source})")]
+    NotSignatures {
+        /// `sha256-<hex>.sig`.
+        tag: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A payload blob cannot be fetched.
+    #[error(transparent)]
+    Payload(#[from] RegistryError),
+    /// The store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A payload blob changed in the store while being read.
+    #[error("blob {0} changed while being read")]
+    Changed(Digest),
+    /// None of the signatures verifies with the key.
+    #[error(
+        "no signature of {manifest} by the key in {key}: {} signature(s) at {tag} checked{}",
+        checked.len(),
+        described(checked)
+    )]
+    NoneVerifies {
+        /// The artefact's manifest.
+        manifest: Digest,
+        /// The key file.
+        key: String,
+        /// `sha256-<hex>.sig`.
+        tag: String,
+        /// Each payload checked, and why it did not verify.
+        checked: Vec<(Digest, Mismatch)>,
+    },
+}
+
+fn described(checked: &[(Digest, Mismatch)]) -> String {
+    if checked.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = checked
+        .iter()
+        .map(|(d, why)| format!("{d}: {why}"))
+        .collect();
+    format!(" ({})", each.join("; "))
+}
 
 const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
@@ -35,16 +154,20 @@ pub(super) struct CosignKey {
 
 impl CosignKey {
     /// Reads a PEM public key file.
-    pub(super) fn read(path: &Path) -> Result<Self, String> {
-        let pem = crate::policy::read::read_regular_file(path, 64 << 10)
-            .map_err(|e| format!("cannot read cosign_key {}: {e}", path.display()))?;
-        let text = String::from_utf8_lossy(&pem);
-        let key = VerifyingKey::from_public_key_pem(text.trim()).map_err(|e| {
-            format!(
-                "cosign_key {} is not a PEM ECDSA P-256 public key ({e}); `cosign generate-key-pair` writes one (cosign.pub)",
-                path.display()
-            )
+    pub(super) fn read(path: &Path) -> Result<Self, KeyError> {
+        let shown = || path.display().to_string();
+        let pem = crate::policy::read::read_regular_file(path, 64 << 10).map_err(|source| {
+            KeyError::Read {
+                path: shown(),
+                source,
+            }
         })?;
+        let text = String::from_utf8_lossy(&pem);
+        let key =
+            VerifyingKey::from_public_key_pem(text.trim()).map_err(|source| KeyError::NotAKey {
+                path: shown(),
+                source,
+            })?;
         Ok(CosignKey {
             key,
             path: path.display().to_string(),
@@ -53,21 +176,20 @@ impl CosignKey {
 
     /// Whether `signature` (DER, base64) signs `payload`, and the payload
     /// names `manifest`.
-    fn check(&self, payload: &[u8], signature: &str, manifest: &Digest) -> Result<(), String> {
+    fn check(&self, payload: &[u8], signature: &str, manifest: &Digest) -> Result<(), Mismatch> {
         let der = base64::engine::general_purpose::STANDARD
             .decode(signature.trim())
-            .map_err(|_| "its signature is not base64".to_owned())?;
-        let sig = Signature::from_der(&der).map_err(|_| "its signature is not DER".to_owned())?;
+            .map_err(|_| Mismatch::NotBase64)?;
+        let sig = Signature::from_der(&der).map_err(|_| Mismatch::NotDer)?;
         self.key
             .verify(payload, &sig)
-            .map_err(|_| format!("it is not signed by the key in {}", self.path))?;
-        let p: Payload = serde_json::from_slice(payload)
-            .map_err(|e| format!("its payload is not a cosign payload ({e})"))?;
+            .map_err(|_| Mismatch::OtherKey(self.path.clone()))?;
+        let p: Payload = serde_json::from_slice(payload).map_err(Mismatch::NotAPayload)?;
         if p.critical.image.docker_manifest_digest != manifest.to_string() {
-            return Err(format!(
-                "it signs {}, not {manifest}",
-                p.critical.image.docker_manifest_digest
-            ));
+            return Err(Mismatch::OtherManifest {
+                signed: p.critical.image.docker_manifest_digest,
+                manifest: *manifest,
+            });
         }
         Ok(())
     }
@@ -137,7 +259,7 @@ pub(super) async fn fetch_and_verify(
     manifest: &Digest,
     store: &Store,
     registry: &mut Registry,
-) -> Result<(), String> {
+) -> Result<(), SignatureError> {
     let tag = format!("sha256-{}.sig", manifest.hex());
     let mut body = Vec::new();
     registry
@@ -151,17 +273,21 @@ pub(super) async fn fetch_and_verify(
             },
         )
         .await
-        .map_err(|e| {
-            if matches!(e, RegistryError::NotFound { .. }) {
-                format!(
-                    "{manifest} is not signed: the repository has no {tag}; sign it with `cosign sign --key cosign.key REF@{manifest}`"
-                )
-            } else {
-                format!("cannot fetch its signature {tag}: {e}")
-            }
+        .map_err(|source| match source {
+            RegistryError::NotFound { .. } => SignatureError::Unsigned {
+                manifest: *manifest,
+                tag: tag.clone(),
+            },
+            source => SignatureError::Fetch {
+                tag: tag.clone(),
+                source,
+            },
         })?;
-    let sigs: SigManifest = serde_json::from_slice(&body)
-        .map_err(|e| format!("{tag} is not a cosign signature manifest ({e})"))?;
+    let sigs: SigManifest =
+        serde_json::from_slice(&body).map_err(|source| SignatureError::NotSignatures {
+            tag: tag.clone(),
+            source,
+        })?;
     let mut why = Vec::new();
     for layer in sigs
         .layers
@@ -171,7 +297,7 @@ pub(super) async fn fetch_and_verify(
         let Some(signature) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
             continue;
         };
-        let mut writer = store.writer().map_err(|e| e.to_string())?;
+        let mut writer = store.writer()?;
         registry
             .get(
                 &format!("blobs/{}", layer.digest),
@@ -179,14 +305,11 @@ pub(super) async fn fetch_and_verify(
                 (layer.size.min(MAX_PAYLOAD), "a signature payload's 64 KiB"),
                 |c| writer.write(c),
             )
-            .await
-            .map_err(|e| e.to_string())?;
-        store
-            .commit(writer, &layer.digest)
-            .map_err(|e| e.to_string())?;
+            .await?;
+        store.commit(writer, &layer.digest)?;
         let payload = store
             .read(&layer.digest, MAX_PAYLOAD)
-            .ok_or_else(|| format!("blob {} changed while being read", layer.digest))?;
+            .ok_or(SignatureError::Changed(layer.digest))?;
         match key.check(&payload, signature, manifest) {
             Ok(()) => {
                 let record = serde_json::to_vec(&Kept {
@@ -199,17 +322,13 @@ pub(super) async fn fetch_and_verify(
                 }
                 return Ok(());
             }
-            Err(e) => why.push(format!("{}: {e}", layer.digest)),
+            Err(e) => why.push((layer.digest, e)),
         }
     }
-    Err(format!(
-        "no signature of {manifest} by the key in {}: {} signature(s) at {tag} checked{}",
-        key.path,
-        why.len(),
-        if why.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", why.join("; "))
-        }
-    ))
+    Err(SignatureError::NoneVerifies {
+        manifest: *manifest,
+        key: key.path.clone(),
+        tag,
+        checked: why,
+    })
 }
