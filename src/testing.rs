@@ -55,6 +55,22 @@ pub mod wasm {
     };
     pub use crate::tools::author::{Inspection, Sources, inspect, unpinned};
 
+    /// Loads the policy file at `path` as the registrar does on this
+    /// runtime (fetch here, compile on the blocking pool), with the plugins'
+    /// WASI clocks on this runtime too; compiling in this process.
+    pub async fn load_policy(
+        path: &std::path::Path,
+        metrics: &std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Result<std::sync::Arc<dyn crate::policy::Policy>, crate::policy::LoadError> {
+        crate::policy::load::load(
+            Some(path),
+            crate::plugin_type::PluginType::Csi,
+            None,
+            metrics,
+        )
+        .await
+    }
+
     /// Loads a policy file's plugins as the registrar does (its two steps:
     /// fetch, then compile and link), from synchronous code.
     pub fn load_chain(

@@ -588,3 +588,33 @@ async fn the_registrar_compiles_in_a_child_and_reports_its_errors() {
     );
     assert_eq!(registrar.stop().await, 0);
 }
+
+// The registrar's one runtime: plugins' WASI clocks run on it.
+
+/// The registrar runs one current-thread runtime and calls plugins on its
+/// blocking pool; a plugin's wait on a WASI clock is driven by that runtime
+/// while its thread awaits the call. 100 calls, each with a 5 ms WASI sleep
+/// under a 999 ms deadline: every one answers (a clock nobody drives would
+/// end each at its deadline instead).
+#[tokio::test(flavor = "current_thread")]
+async fn a_plugin_sleeping_on_a_wasi_clock_is_woken_by_the_registrars_own_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_policy(
+        dir.path(),
+        &misbehave("nap", "hooks = [\"driver-name\"]\ntimeout_ms = 999"),
+    );
+    let metrics = Arc::new(csi_node_driver_registrar::testing::Metrics::new());
+    let policy = csi_node_driver_registrar::testing::wasm::load_policy(&file, &metrics)
+        .await
+        .unwrap();
+    for i in 0..100 {
+        let policy = policy.clone();
+        let decided = tokio::task::spawn_blocking(move || policy.registration(&ctx()))
+            .await
+            .unwrap();
+        match decided {
+            Ok(r) => assert_eq!(r.name, ctx().driver_name, "call {i}"),
+            Err(e) => panic!("call {i}: {e}"),
+        }
+    }
+}
