@@ -1,4 +1,6 @@
-# A minimal image: one static binary and nothing else.
+# A minimal image: one static binary and the licence, nothing else; the same
+# rootfs scripts/image builds without Docker, for amd64 and arm64 at once and
+# reproducibly (docs/image.md). This recipe is for people with a Docker engine.
 #
 #   docker build -t csi-node-driver-registrar-rs .
 #   docker build --build-arg CARGO_FLAGS=--no-default-features -t csi-node-driver-registrar-rs:slim .
@@ -25,4 +27,5 @@ RUN cargo build --release --locked --target x86_64-unknown-linux-musl \
 
 FROM scratch
 COPY --from=build /src/target/x86_64-unknown-linux-musl/release/csi-node-driver-registrar /csi-node-driver-registrar
+COPY LICENSE /LICENSE
 ENTRYPOINT ["/csi-node-driver-registrar"]
