@@ -104,7 +104,7 @@ for path, local in [("/etc/csi-registrar-plugins/", "plugins/"), ("/var/lib/csi-
     policy = policy.replace(path, os.path.join(root, local))
 open(os.path.join(root, "cache.key"), "w").write("0123456789abcdef0123456789abcdef-deploy-check\n")
 open(os.path.join(root, "policy.toml"), "w").write(policy)
-args = json.loads(re.search(r'precompile-policy\n\s+image: \S+\n\s+args: (\[.*\])', text).group(1))
+args = json.loads(re.search(r'precompile-policy\n(?:\s+#.*\n)*\s+image: \S+\n\s+args: (\[.*\])', text).group(1))
 for a in args:
     print(a.replace("/etc/csi-registrar/policy.toml", os.path.join(root, "policy.toml")))
 PY

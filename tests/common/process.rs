@@ -9,6 +9,13 @@ use super::Sandbox;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_csi-node-driver-registrar");
 
+/// The registrar the process tests run: this build's, or the program
+/// `REGISTRAR_UNDER_TEST` names (a wrapper that runs the image's arm64 binary
+/// under qemu-user: `scripts/test-arm64`).
+pub fn registrar() -> String {
+    std::env::var("REGISTRAR_UNDER_TEST").unwrap_or_else(|_| BIN.to_owned())
+}
+
 /// The registrar binary, running. Killed if the test ends without stopping it.
 pub struct Process {
     child: tokio::process::Child,
@@ -44,7 +51,7 @@ impl Process {
             .into_temp_path()
             .keep()
             .unwrap();
-        let mut command = tokio::process::Command::new(BIN);
+        let mut command = tokio::process::Command::new(registrar());
         command
             .args(args)
             .env("KUBE_NODE_NAME", "node-a1")
@@ -116,7 +123,7 @@ impl Process {
 
 /// Runs the binary to its end: exit code, stdout, stderr.
 pub async fn run_binary<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(BIN)
+    let out = tokio::process::Command::new(registrar())
         .args(args)
         .output()
         .await
