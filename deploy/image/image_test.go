@@ -276,13 +276,19 @@ func TestTheAmd64RootfsRunsInAChrootWithNothingElse(t *testing.T) {
 	})
 	sock := filepath.Join(root, "registration", "hostpath.csi.k8s.io-reg.sock")
 	waitFor(t, "the registration socket", func() bool { return isSocket(sock) })
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("/healthz answered %d", resp.StatusCode)
+	// The HTTP server may start listening just after the socket appears.
+	status := 0
+	waitFor(t, "an answer from /healthz", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		status = resp.StatusCode
+		return true
+	})
+	if status != http.StatusOK {
+		t.Errorf("/healthz answered %d", status)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -336,11 +342,13 @@ func startRegistry(t *testing.T) string {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	listening := make(chan struct{})
 	go func() {
+		// Reads the log to its end, so the registry never blocks on a full pipe.
+		said := false
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			if listening != nil && strings.Contains(sc.Text(), "listening on") {
+			if !said && strings.Contains(sc.Text(), "listening on") {
 				close(listening)
-				listening = nil
+				said = true
 			}
 		}
 	}()
